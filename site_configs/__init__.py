@@ -1,0 +1,1 @@
+"""Bundled site_configs (data shipped with wml; see wmlce_tools.resources_data)."""

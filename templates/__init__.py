@@ -1,0 +1,1 @@
+"""Bundled templates (data shipped with wml; see wmlce_tools.resources_data)."""

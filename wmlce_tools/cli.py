@@ -1,0 +1,164 @@
+"""The ``wml`` command line.
+
+Sub-apps live beside the code they drive (``wmlce_tools/site/cli.py``, ``env/cli.py``, ...) and
+are registered here.  Heavy imports happen inside commands, so ``wml render`` stays fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from . import __version__
+from .errors import WmlError
+
+app = typer.Typer(
+    name="wml",
+    help="Job tooling, curated environments and the DDL runtime for HPC machines "
+         "(Summit/LSF, Theta/Cobalt, Slurm, and this machine: the 'local' site).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
+
+from .site.cli import app as site_app  # noqa: E402
+
+app.add_typer(site_app, name="site")
+
+PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
+                   "help_option_names": ["-h", "--help"]}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wml {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                          help="Show the version and exit.")] = None) -> None:
+    """wml: turn a training script into a correct, tracked job on the machine you are on."""
+
+
+# Options shared by render and submit --------------------------------------------------
+Site = Annotated[Optional[str], typer.Option("--site", "-s", help="Site profile (default: $WML_SITE, detection, then 'local').")]
+Nodes = Annotated[int, typer.Option("--nodes", "-N", help="Nodes.")]
+RanksPerNode = Annotated[Optional[int], typer.Option(help="Ranks per node (default: GPUs per node, or 1).")]
+GpusPerRank = Annotated[Optional[int], typer.Option(help="GPUs per rank (default: GPUs per node / ranks per node).")]
+CoresPerRank = Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")]
+ThreadsPerCore = Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")]
+Walltime = Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM or HH:MM:SS.")]
+Queue = Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")]
+Project = Annotated[Optional[str], typer.Option("--project", "-P", help="Project/account to charge.")]
+JobName = Annotated[str, typer.Option("--job-name", "-J", help="Job name.")]
+Output = Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")]
+ErrorFile = Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")]
+Env = Annotated[Optional[str], typer.Option("--env", help="Conda env (name or path) to activate in the job.")]
+Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to load (repeatable).")]
+Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
+After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
+RackContiguous = Annotated[bool, typer.Option("--rack-contiguous", help="LSF expert mode: nodes in as few racks as possible.")]
+Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
+
+
+def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
+          queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program):
+    from .jobscript import plan_job
+    from .resources import ResourceRequest, parse_exports
+    from .site.registry import choose_site
+    from .submit import new_jobdir
+    from .walltime import parse_walltime
+
+    profile = choose_site(site)
+    req = ResourceRequest(
+        nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank,
+        cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
+        walltime=parse_walltime(walltime) if walltime is not None else None,
+        queue=queue, project=project, job_name=job_name, output=output, error=error,
+        after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
+        rack_contiguous=rack_contiguous)
+    base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
+    return plan_job(profile, req, program, jobdir=new_jobdir(base.absolute(), job_name))
+
+
+@app.command(context_settings=PROGRAM_CONTEXT)
+def render(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
+           gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
+           threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
+           project: Project = None, job_name: JobName = "wml-job", output: Output = None,
+           error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
+           after: After = None, rack_contiguous: RackContiguous = False) -> None:
+    """Print the job script for PROGRAM on a site (writes and submits nothing)."""
+    from .jobscript import render_script
+
+    plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
+                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
+    sys.stdout.write(render_script(plan))
+
+
+@app.command(context_settings=PROGRAM_CONTEXT)
+def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
+           gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
+           threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
+           project: Project = None, job_name: JobName = "wml-job", output: Output = None,
+           error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
+           after: After = None, rack_contiguous: RackContiguous = False,
+           dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
+           interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
+           as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False) -> None:
+    """Write the job script into ./wml-jobs/<name>-<time>/, submit it, print the job id.
+
+    On the local site the job runs now, its output streamed here and kept in the job
+    directory, and wml exits with the job's exit status."""
+    from .jobscript import render_script
+    from .submit import submit as do_submit, submit_command_text
+
+    plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
+                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
+    if interactive:
+        from .interactive import run_interactive
+
+        run_interactive(plan, dry_run=dry_run)
+        return
+    script = render_script(plan)
+    if dry_run:
+        info = {"job_id": None, "site": plan.site.name, "scheduler": plan.site.scheduler,
+                "script": str(plan.jobdir / "job.sh"), "submit_command": submit_command_text(plan),
+                "ranks": plan.layout.size, "nodes": plan.layout.nodes, "dry_run": True,
+                "script_text": script}
+        if as_json:
+            typer.echo(json.dumps(info))
+        else:
+            sys.stdout.write(script)
+            typer.echo(f"# dry run: would write {plan.jobdir}/job.sh and run: {info['submit_command']}")
+        return
+    out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
+    result = do_submit(plan, script, out=out)
+    if as_json:
+        typer.echo(json.dumps(result.as_json()))
+    elif plan.site.scheduler == "local":
+        typer.echo(f"wml: job {result.job_id} finished with exit status {result.exit_code}; "
+                   f"output in {result.output}", err=True)
+    else:
+        typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}); "
+                   f"script {result.script}; output {result.output}")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point: user errors are one line on stderr, never a traceback."""
+    try:
+        app(args=argv, prog_name="wml")
+    except WmlError as e:
+        sys.stderr.write(f"wml: error: {e}\n")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("wml: interrupted\n")
+        sys.exit(130)

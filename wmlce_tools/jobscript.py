@@ -1,0 +1,172 @@
+"""Build a job: (SiteProfile, ResourceRequest, program argv) -> validated JobPlan -> script text.
+
+Everything is checked here, before anything is written: the site limits, the layout, the
+program, every value that becomes a directive.  Rendering is pure (no files, no processes)
+so ``wml render`` and ``wml submit --dry-run`` stay fast.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import jinja2
+
+from . import __version__
+from .errors import WmlError
+from .launchers import LaunchContext, launch_command
+from .layout import Layout, check_queue_limits, compile_layout
+from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
+from .resources import ResourceRequest
+from .resources_data import data_dir
+from .schedulers import Scheduler, get_scheduler
+from .site.schema import SiteProfile
+from .walltime import hhmm, hhmmss
+
+JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "local": "WML_JOB_ID"}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A validated job, ready to render and submit."""
+
+    site: SiteProfile
+    request: ResourceRequest
+    layout: Layout
+    scheduler: Scheduler
+    program: Tuple[str, ...]          # argv as it will run on each rank
+    queue: Optional[str]
+    walltime: Optional[int]           # minutes
+    jobdir: Path
+    workdir: Path
+    output: str
+    error: str
+    modules: Tuple[str, ...]
+    env_lines: Tuple[str, ...]        # conda env activation
+    exports: Tuple[Tuple[str, str], ...]
+
+    @property
+    def ddlrun_argv(self) -> List[str]:
+        lay = self.layout
+        argv = [_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
+                "--ranks-per-node", str(lay.ranks_per_node),
+                "--gpus-per-rank", str(lay.gpus_per_rank),
+                "--cores-per-rank", str(lay.cores_per_rank),
+                "--threads-per-core", str(lay.threads_per_core),
+                "--mode", lay.mode]
+        if lay.emulated:
+            argv += ["--emulate-nodes", str(lay.nodes)]
+        for key, _ in self.exports:
+            argv += ["-x", key]
+        return argv + ["--", *self.program]
+
+    @property
+    def launcher_argv(self) -> List[str]:
+        ctx = LaunchContext(site=self.site, env=dict(self.exports),
+                            hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
+        return launch_command(self.layout, ctx, self.program)
+
+
+def _ddlrun_exe(site: SiteProfile) -> str:
+    """``ddlrun`` as the job will find it: on the local site the one beside this Python (the
+    venv may not be on PATH); elsewhere from PATH after the modules are loaded."""
+    if site.scheduler == "local":
+        beside = Path(sys.executable).parent / "ddlrun"
+        if beside.exists():
+            return str(beside)
+    return "ddlrun"
+
+
+def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path) -> Tuple[str, ...]:
+    if not argv:
+        raise WmlError("no program given: wml submit [OPTIONS] PROGRAM [ARGS]...")
+    prog, args = argv[0], list(argv[1:])
+    looks_like_path = "/" in prog or prog.endswith(".py")
+    if looks_like_path:
+        path = (workdir / prog).resolve() if not os.path.isabs(prog) else Path(prog)
+        if not path.is_file():
+            raise WmlError(f"program not found: {prog}")
+        if path.suffix == ".py" and not os.access(path, os.X_OK):
+            python = "python" if has_env else sys.executable
+            return (python, str(path), *args)
+        if not os.access(path, os.X_OK):
+            raise WmlError(f"program {prog} is not executable (chmod +x it, or run it through an interpreter)")
+        return (str(path), *args)
+    if shutil.which(prog) is None and not has_env:
+        raise WmlError(f"program not found: {prog!r} is not on PATH (give a path, or --module/--env that provides it)")
+    return (prog, *args)
+
+
+def _env_activation(conda_env: Optional[str]) -> Tuple[str, ...]:
+    if not conda_env:
+        return ()
+    from .env.activation import activation_lines, resolve_env
+
+    return tuple(activation_lines(resolve_env(conda_env)))
+
+
+def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
+             jobdir: Path, workdir: Optional[Path] = None) -> JobPlan:
+    """Validate everything about a job; raise WmlError naming the first problem."""
+    workdir = workdir or Path.cwd()
+    check_job_name(req.job_name)
+    for option, value in (("--project", req.project), ("--queue", req.queue),
+                          ("--output", req.output), ("--error", req.error)):
+        if value is not None:
+            check_directive_value(option, value)
+    modules = tuple(check_module(m) for m in (*site.modules, *req.modules))
+    queue, walltime = check_queue_limits(site, req)
+    layout = compile_layout(site, req)
+    if req.rack_contiguous and site.scheduler != "lsf":
+        raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")
+    sched = get_scheduler(site.scheduler)
+    default_out, default_err = sched.output_paths(jobdir, req.job_name)
+    output = req.output or default_out
+    error = req.error or (req.output if req.output else default_err)
+    for option, value in (("output path", output), ("error path", error)):
+        check_directive_value(option, value)
+    has_env = bool(req.conda_env or modules)
+    program = _resolve_program(argv, has_env, workdir)
+    env_lines = _env_activation(req.conda_env)
+    exports: Dict[str, str] = dict(site.environment)
+    exports.update(req.export_dict)
+    return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
+                   queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
+                   output=output, error=error, modules=modules, env_lines=env_lines,
+                   exports=tuple(exports.items()))
+
+
+@lru_cache(maxsize=1)
+def _jinja() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = sh_quote
+    env.filters["comment"] = comment
+    return env
+
+
+def render_script(plan: JobPlan) -> str:
+    lay, site = plan.layout, plan.site
+    wall = plan.walltime or 0
+    ctx = dict(
+        version=__version__, site=site, layout=lay, job_name=plan.request.job_name,
+        project=plan.request.project, queue=plan.queue, after=plan.request.after,
+        walltime_hhmm=hhmm(wall), walltime_hhmmss=hhmmss(wall), walltime_minutes=wall,
+        output=plan.output, error=plan.error,
+        output_prefix=(str(plan.jobdir / plan.request.job_name)
+                       if site.scheduler == "cobalt" and not plan.request.output else None),
+        rack_contiguous=plan.request.rack_contiguous, racks=lay.racks if site.nodes_per_rack else 1,
+        slots=site.node.cores * lay.nodes, alloc_flags=site.alloc_flags, attrs=site.attrs,
+        modules=plan.modules, env_lines=plan.env_lines,
+        exports=[(k, sh_quote(v)) for k, v in plan.exports],
+        job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
+        launcher_line=sh_join(plan.launcher_argv),
+        launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
+    )
+    return _jinja().get_template(plan.scheduler.template).render(**ctx)

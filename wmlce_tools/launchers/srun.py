@@ -1,0 +1,28 @@
+"""srun (Slurm).
+
+``-N`` nodes, ``-n`` tasks, ``--ntasks-per-node``, ``--cpus-per-task`` (Slurm CPUs: hw
+threads), ``--gpus-per-task`` (each task sees only its GPUs), ``--cpu-bind``.  Where a core has
+several hw threads, ``--threads-per-core`` says how many a task uses.  Flags as in srun(1).
+"""
+from __future__ import annotations
+
+from . import register
+
+
+@register("srun")
+def command(layout, ctx, program):
+    opts = ctx.site.launcher_options
+    argv = ["srun", "-N", str(layout.nodes), "-n", str(layout.size),
+            f"--ntasks-per-node={layout.ranks_per_node}",
+            f"--cpus-per-task={layout.cores_per_rank * layout.threads_per_core}"]
+    if layout.node_spec.threads_per_core > 1:
+        argv.append(f"--threads-per-core={layout.threads_per_core}")
+    if layout.gpus_per_rank:
+        if ctx.site.gpu_binding == "local-rank":
+            argv.append(f"--gpus-per-node={layout.gpus_per_node}")
+        else:
+            argv.append(f"--gpus-per-task={layout.gpus_per_rank}")
+    argv.append(f"--cpu-bind={opts.bind or 'cores'}")
+    if opts.srun_mpi:
+        argv.append(f"--mpi={opts.srun_mpi}")
+    return argv + list(opts.extra_args) + list(ctx.extra_args) + program

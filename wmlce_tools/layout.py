@@ -1,0 +1,191 @@
+"""Layout: where every rank runs.  Computed once from (SiteProfile, ResourceRequest) and used
+for the scheduler directives, the launcher line and ``ddlrun``'s per-rank environment, so
+they can never disagree.
+
+Placement rules (what jsrun/srun/aprun do with the same numbers):
+- ranks are numbered node by node: rank = node * ranks_per_node + local_rank;
+- when ranks per node divide evenly over the sockets, each socket holds the same number of
+  ranks, and a rank's cores and GPUs are on its own socket (Summit: ranks 0-2 on socket 0
+  with GPUs 0-2, ranks 3-5 on socket 1 with GPUs 3-5);
+- otherwise cores and GPUs are handed out in order across the node;
+- hardware thread ``t`` of core ``c`` is numbered ``c * node.threads_per_core + t``.
+On the ``local`` site, ``nodes`` are emulated on this one host: the host's cores and GPUs are
+split between the emulated nodes; more ranks than cores share cores (``oversubscribed``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from .errors import WmlError
+from .resources import ResourceRequest
+from .site.schema import NodeSpec, SiteProfile
+from .walltime import hhmm, parse_walltime
+
+
+class LayoutError(WmlError):
+    """A request the site's nodes cannot hold."""
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    rank: int
+    node: int
+    local_rank: int
+    gpus: Tuple[int, ...]
+    cores: Tuple[int, ...]
+    hwthreads: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    site: str
+    nodes: int
+    ranks_per_node: int
+    gpus_per_rank: int
+    cores_per_rank: int
+    threads_per_core: int
+    node_spec: NodeSpec
+    ranks: Tuple[RankSlot, ...]
+    nodes_per_rack: Optional[int] = None
+    emulated: bool = False
+    oversubscribed: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus_per_rank * self.ranks_per_node
+
+    @property
+    def racks(self) -> int:
+        if not self.nodes_per_rack:
+            return 1
+        return math.ceil(self.nodes / self.nodes_per_rack)
+
+    def on_node(self, node: int) -> Tuple[RankSlot, ...]:
+        return tuple(r for r in self.ranks if r.node == node)
+
+    def local_gpu_lists(self) -> Tuple[Tuple[int, ...], ...]:
+        """GPU ids of local rank 0..ranks_per_node-1 (the same on every node)."""
+        return tuple(r.gpus for r in self.on_node(0))
+
+    @property
+    def mode(self) -> str:
+        """DDL topology mode ``p:<ranks per node>x<nodes per rack>x<racks>x<aisles>``."""
+        npr = self.nodes_per_rack
+        if npr and self.nodes > npr and self.nodes % npr == 0:
+            return f"p:{self.ranks_per_node}x{npr}x{self.nodes // npr}x1"
+        return f"p:{self.ranks_per_node}x{self.nodes}x1x1"
+
+    def describe(self) -> str:
+        g = f", {self.gpus_per_rank} GPU(s)" if self.gpus_per_rank else ""
+        emu = " (emulated on this host)" if self.emulated else ""
+        return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
+                f"{self.cores_per_rank} core(s) x {self.threads_per_core} hw thread(s) per rank")
+
+
+def _node_view(site: SiteProfile, nodes: int) -> Tuple[NodeSpec, bool]:
+    """The node a layout places ranks on; on the local site, one emulated slice of the host."""
+    node = site.node
+    if site.scheduler != "local" or nodes == 1:
+        return node, False
+    cores = max(1, node.cores // nodes)
+    gpus = node.gpus // nodes
+    return node.model_copy(update={"sockets": 1, "cores_per_socket": cores, "gpus_per_socket": gpus}), True
+
+
+def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
+    """Place every rank of ``req`` on ``site``; refuse what a node cannot hold."""
+    nodes = req.nodes
+    if nodes > site.total_nodes:
+        raise LayoutError(f"{nodes} nodes requested but {site.name} has {site.total_nodes}")
+    node, emulated = _node_view(site, nodes)
+    host_cores = site.node.cores
+    G, C = node.gpus, node.cores
+    rpn = req.ranks_per_node or (G if G > 0 else 1)
+    if req.gpus_per_rank is not None:
+        gpr = req.gpus_per_rank
+    else:
+        gpr = G // rpn if G >= rpn else 0
+    if gpr * rpn > G:
+        raise LayoutError(
+            f"{rpn} ranks per node x {gpr} GPU(s) per rank = {gpr * rpn} GPUs, "
+            f"but a {site.name} node has {G}")
+    smt = req.threads_per_core or site.smt
+    if smt > node.threads_per_core:
+        raise LayoutError(
+            f"{smt} hw threads per core requested but a {site.name} core has {node.threads_per_core}")
+
+    sockets = node.sockets
+    per_socket = rpn % sockets == 0
+    local = site.scheduler == "local"
+    fair = (node.cores_per_socket // (rpn // sockets)) if per_socket else C // rpn
+    cpr = req.cores_per_rank or max(fair, 1 if local else 0)
+    if cpr < 1:
+        raise LayoutError(f"{rpn} ranks per node but a {site.name} node has only {C} usable cores")
+    oversubscribed = False
+    if per_socket and cpr * (rpn // sockets) > node.cores_per_socket or cpr * rpn > C:
+        if not local:
+            raise LayoutError(
+                f"{rpn} ranks per node x {cpr} cores per rank = {cpr * rpn} cores, "
+                f"but a {site.name} node has {C} usable cores")
+        oversubscribed = True
+    if local and (nodes > host_cores or rpn * nodes * cpr > host_cores):
+        oversubscribed = True
+
+    ranks = []
+    for n in range(nodes):
+        core_base = (n * C) % host_cores if emulated else 0
+        gpu_base = n * G if emulated else 0
+        for lr in range(rpn):
+            if per_socket:
+                rps = rpn // sockets
+                sock, idx = divmod(lr, rps)
+                first_core = sock * node.cores_per_socket + idx * cpr
+                gps = gpr * rps
+                first_gpu = sock * node.gpus_per_socket + idx * gpr if gps <= node.gpus_per_socket else lr * gpr
+            else:
+                first_core = lr * cpr
+                first_gpu = lr * gpr
+            cores = tuple(core_base + ((first_core + i) % C) for i in range(cpr))
+            if local:
+                cores = tuple(c % host_cores for c in cores)
+            gpus = tuple(gpu_base + first_gpu + i for i in range(gpr))
+            hw = tuple(c * node.threads_per_core + t for c in cores for t in range(smt))
+            ranks.append(RankSlot(len(ranks), n, lr, gpus, cores, hw))
+    return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
+                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed)
+
+
+def check_queue_limits(site: SiteProfile, req: ResourceRequest) -> Tuple[Optional[str], Optional[int]]:
+    """Resolve the queue and walltime for ``req`` on ``site``; refuse what the queue refuses.
+
+    Returns (queue name or None, walltime minutes or None)."""
+    if site.scheduler == "local":
+        return None, req.walltime
+    qname = req.queue or site.default_queue
+    if qname not in site.queues:
+        raise WmlError(f"unknown queue {qname!r} on {site.name}; queues: {', '.join(site.queues)}")
+    q = site.queues[qname]
+    if req.nodes > q.max_nodes:
+        raise WmlError(f"{req.nodes} nodes is above the {q.max_nodes}-node limit of queue {qname!r} on {site.name}")
+    if req.nodes < q.min_nodes:
+        raise WmlError(f"{req.nodes} nodes is below the {q.min_nodes}-node minimum of queue {qname!r} on {site.name}")
+    limit = parse_walltime(q.max_walltime)
+    limit_why = f"queue {qname!r}"
+    for b in q.walltime_bins:
+        if req.nodes <= b.max_nodes:
+            limit = parse_walltime(b.max_walltime)
+            limit_why = f"jobs of up to {b.max_nodes} nodes in queue {qname!r}"
+            break
+    wall = req.walltime if req.walltime is not None else min(limit, 60)
+    if wall > limit:
+        raise WmlError(f"walltime {hhmm(wall)} is above the {hhmm(limit)} maximum for {limit_why} on {site.name}")
+    if q.min_walltime and wall < parse_walltime(q.min_walltime):
+        raise WmlError(f"walltime {hhmm(wall)} is below the {q.min_walltime} minimum of queue {qname!r} on {site.name}")
+    return qname, wall

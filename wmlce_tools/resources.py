@@ -1,0 +1,65 @@
+"""What the user asks for: one plain dataclass, the same for every site."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from .errors import WmlError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """A job's resources and attributes.  ``None`` means "the site's default"."""
+
+    nodes: int = 1
+    ranks_per_node: Optional[int] = None      # default: GPUs per node, or 1 on CPU-only sites
+    gpus_per_rank: Optional[int] = None       # default: GPUs per node / ranks per node
+    cores_per_rank: Optional[int] = None      # default: fair share of the usable cores
+    threads_per_core: Optional[int] = None    # hw threads per core a rank uses (SMT level)
+    walltime: Optional[int] = None            # minutes
+    queue: Optional[str] = None
+    project: Optional[str] = None
+    job_name: str = "wml-job"
+    output: Optional[str] = None              # scheduler output file (pattern as the scheduler reads it)
+    error: Optional[str] = None
+    after: Optional[str] = None               # job id this job waits for (afterok)
+    conda_env: Optional[str] = None
+    modules: Tuple[str, ...] = ()
+    exports: Tuple[Tuple[str, str], ...] = ()
+    rack_contiguous: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "ranks_per_node", "gpus_per_rank", "cores_per_rank", "threads_per_core", "walltime"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            low = 0 if name == "gpus_per_rank" else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                opt = "--" + name.replace("_", "-")
+                raise WmlError(f"{opt} must be an integer >= {low}, got {v!r}")
+        for key, _ in self.exports:
+            if not _ENV_NAME.match(key):
+                raise WmlError(f"--export {key!r}: not a valid environment variable name")
+        if self.after is not None and not re.match(r"^[A-Za-z0-9_.\[\]-]+$", self.after):
+            raise WmlError(f"--after {self.after!r}: not a job id")
+
+    @property
+    def export_dict(self) -> Dict[str, str]:
+        return dict(self.exports)
+
+
+def parse_exports(items: list[str]) -> Tuple[Tuple[str, str], ...]:
+    """``KEY=VALUE`` strings (from ``--export``) to pairs; a bare ``KEY`` is refused."""
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise WmlError(f"--export {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        if not _ENV_NAME.match(k):
+            raise WmlError(f"--export {item!r}: {k!r} is not a valid environment variable name")
+        out.append((k, v))
+    return tuple(out)
+

@@ -1,0 +1,85 @@
+"""Which site are we on, and what does this machine have (for the ``local`` site)."""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from .schema import NodeSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .registry import KnownSite
+
+# Variables each scheduler sets inside a job or on its login nodes.
+SCHEDULER_VARS = {
+    "lsf": ("LSB_JOBID", "LSF_BINDIR", "LSF_ENVDIR"),
+    "slurm": ("SLURM_JOB_ID", "SLURM_CLUSTER_NAME", "SLURM_CONF"),
+    "cobalt": ("COBALT_JOBID", "COBALT_PARTNAME"),
+}
+
+
+@dataclass(frozen=True)
+class Detection:
+    name: str
+    reason: str
+
+
+def scheduler_from_env(env: Mapping[str, str]) -> Optional[str]:
+    for sched, names in SCHEDULER_VARS.items():
+        if any(env.get(n) for n in names):
+            return sched
+    return None
+
+
+def detect_site(sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.environ,
+                hostname: Optional[str] = None) -> Optional[Detection]:
+    """A site whose hostname patterns (and required variables) match; among several, prefer
+    one whose scheduler matches the scheduler variables present."""
+    host = hostname if hostname is not None else env.get("WML_HOSTNAME") or socket.getfqdn()
+    short = host.split(".")[0]
+    sched = scheduler_from_env(env)
+    matches = []
+    for name, known in sites.items():
+        det = known.profile.detect
+        if not det.hostnames and not det.environment:
+            continue
+        host_ok = not det.hostnames or any(
+            fnmatch.fnmatch(host, pat) or fnmatch.fnmatch(short, pat) for pat in det.hostnames
+        )
+        env_ok = all(fnmatch.fnmatch(env.get(k, ""), pat) for k, pat in det.environment.items())
+        if host_ok and env_ok:
+            why = f"host {host!r} matches {det.hostnames}" if det.hostnames else "environment matches"
+            matches.append((known.profile.scheduler == sched, name, why))
+    if not matches:
+        return None
+    matches.sort(key=lambda m: (not m[0], m[1]))
+    _, name, why = matches[0]
+    return Detection(name, why)
+
+
+def count_gpus(env: Mapping[str, str] = os.environ) -> int:
+    """NVIDIA GPUs usable here: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN devices."""
+    vis = env.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([x for x in vis.split(",") if x.strip() and x.strip() != "-1"])
+    return len([p for p in glob.glob("/dev/nvidia[0-9]*") if p[len("/dev/nvidia"):].isdigit()])
+
+
+def count_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def local_node(template: NodeSpec) -> NodeSpec:
+    """This machine as one node: every core we may run on, every GPU we can see."""
+    return template.model_copy(update={
+        "sockets": 1,
+        "cores_per_socket": count_cores(),
+        "threads_per_core": 1,
+        "gpus_per_socket": count_gpus(),
+    })
