@@ -1,0 +1,33 @@
+"""ddl_runtime: wml's distributed deep-learning runtime (IBM DDL's operations over mpi4py).
+
+    import ddl_runtime as ddl
+    ddl.init()
+    grads = ddl.allreduce_n(grads, op="avg", names=names)
+
+Importing this package does not start MPI or import torch: the collectives load on first
+use, and `ddl_runtime.jobenv` works without MPI at all.
+"""
+from .errors import DDLError, DDLInputError, DDLMismatchError
+
+_OPS = (
+    "init", "finalize", "is_initialized", "JobInfo",
+    "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "local_gpuid",
+    "topology_info", "algorithm",
+    "barrier", "bcast", "bcast_n", "bcast_object", "allreduce", "allreduce_n", "allreduce_n_async",
+    "allgather", "shard", "scale_lr",
+)
+
+__all__ = ["DDLError", "DDLInputError", "DDLMismatchError", *_OPS]
+
+
+def __getattr__(name):
+    if name in _OPS:
+        from . import ops
+        value = getattr(ops, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ddl_runtime' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_OPS))

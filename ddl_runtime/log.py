@@ -1,0 +1,14 @@
+"""One-line diagnostics on stderr, prefixed with the rank so interleaved output stays readable."""
+import sys
+
+_prefix = "ddl_runtime"
+
+
+def set_rank(rank: int, size: int) -> None:
+    global _prefix
+    _prefix = f"ddl_runtime: rank {rank}/{size}"
+
+
+def log(message: str) -> None:
+    sys.stderr.write(f"{_prefix}: {message}\n")
+    sys.stderr.flush()

@@ -1,0 +1,382 @@
+"""The collectives.  Each one validates locally, then agrees on its signature, then moves data.
+
+Order inside every call: (1) local validation, raising DDLInputError before any
+communication; (2) the watchdog records the collective; (3) the signature agreement on
+the control communicator, raising DDLMismatchError on every rank when ranks disagree;
+(4) the data movement through the engine.  Results are written in place into the
+caller's tensors (allgather returns a new one).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from . import runtime as _rt
+from .algorithms import split_counts
+from .buffers import FLOAT_DTYPES, TensorRef, as_tensor, new_like
+from .engine import plan_buckets
+from .errors import DDLError, DDLInputError
+from .signature import agreed, agreement_buffer, raise_mismatch
+from .timeline import TID_MPI
+
+REDUCE_OPS = ("sum", "avg", "min", "max")
+REDUCE_N_OPS = ("sum", "avg")
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _check_op(op: Any, allowed: Sequence[str], what: str) -> str:
+    if not isinstance(op, str) or op not in allowed:
+        raise DDLInputError(f"{what}: op {op!r} is not one of {', '.join(allowed)}")
+    return op
+
+
+def _check_avg(op: str, refs: Sequence[TensorRef], what: str) -> None:
+    if op == "avg":
+        for ref in refs:
+            if ref.dtype not in FLOAT_DTYPES:
+                raise DDLInputError(
+                    f"{what}: op 'avg' needs floating-point tensors; tensor '{ref.name}' is {ref.dtype} (use op='sum')")
+
+
+def _entry(ref: TensorRef, shape=None):
+    return (ref.name, ref.dtype, tuple(ref.shape if shape is None else shape))
+
+
+def _names(tensors: Sequence[Any], names: Optional[Sequence[str]], what: str) -> List[str]:
+    if names is None:
+        return [f"tensor.{i}" for i in range(len(tensors))]
+    names = [str(n) for n in names]
+    if len(names) != len(tensors):
+        raise DDLInputError(f"{what}: {len(names)} names for {len(tensors)} tensors")
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise DDLInputError(f"{what}: duplicate tensor name '{n}'")
+        seen.add(n)
+    return names
+
+
+def _as_list(tensors: Any, what: str) -> list:
+    if not isinstance(tensors, (list, tuple)):
+        raise DDLInputError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
+    return list(tensors)
+
+
+def _agree(rt: "_rt.Runtime", what: str, signature) -> None:
+    """Record the collective and make sure every rank calls the same one with the same tensors."""
+    rt.watchdog.start(what)
+    buf = agreement_buffer(signature)
+    rt.engine.wait_request(rt.control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX))
+    if not agreed(buf):
+        raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
+
+
+def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
+    if not refs:
+        return f"{kind}[0 tensors]"
+    if len(refs) == 1:
+        return f"{kind}['{refs[0].name}']"
+    return f"{kind}[{len(refs)} tensors, first '{refs[0].name}']"
+
+
+def _on_device(refs: Sequence[TensorRef]) -> bool:
+    devices = {ref.device for ref in refs}
+    if len(devices) > 1:
+        raise DDLInputError(f"tensors are on different devices: {', '.join(sorted(devices))}")
+    return bool(refs) and refs[0].device != "cpu"
+
+
+class JobInfo(NamedTuple):
+    """What DDL's init returned: unpacks as (rank, size, local_rank, local_size, local_gpuid)."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    local_gpuid: Optional[int]
+
+
+def init() -> JobInfo:
+    """Initialize (idempotent): MPI, the node grouping, communicators, GPU choice, fault handlers."""
+    rt = _rt.init()
+    t = rt.topology
+    return JobInfo(rt.rank, rt.size, t.local_rank, t.local_size, rt.local_gpuid)
+
+
+def finalize() -> None:
+    """Finish in-flight work, tell the other ranks, free communicators (MPI itself stays up)."""
+    _rt.finalize()
+
+
+# -- queries ------------------------------------------------------------------------------
+def rank() -> int:
+    return _rt.current().rank
+
+
+def size() -> int:
+    return _rt.current().size
+
+
+def local_rank() -> int:
+    return _rt.current().topology.local_rank
+
+
+def local_size() -> int:
+    return _rt.current().topology.local_size
+
+
+def cross_rank() -> int:
+    return _rt.current().topology.cross_rank
+
+
+def cross_size() -> int:
+    return _rt.current().topology.cross_size
+
+
+def local_gpuid() -> Optional[int]:
+    """This rank's GPU (CUDA index as this process sees it), or None when the job has no GPUs."""
+    return _rt.current().local_gpuid
+
+
+def is_initialized() -> bool:
+    return _rt.get() is not None
+
+
+def topology_info() -> "_rt.Topology":
+    """How ranks are grouped: local/cross ranks, level sizes and where the grouping came from."""
+    return _rt.current().topology
+
+
+def algorithm() -> str:
+    """'hierarchical' when the job spans more than one level of the hierarchy, else 'flat'."""
+    return "hierarchical" if _rt.current().algorithms.hierarchical else "flat"
+
+
+# -- collectives --------------------------------------------------------------------------
+def barrier() -> None:
+    rt = _rt.current()
+    rt.timeline.begin("BARRIER")
+    _agree(rt, "barrier", (("barrier",), ()))  # the agreement is itself a barrier
+    rt.timeline.end("BARRIER")
+
+
+def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
+    """Reduce `x` across ranks in place and return it (a Python number returns a new number)."""
+    rt = _rt.current()
+    name = name or "tensor"
+    _check_op(op, REDUCE_OPS, f"allreduce('{name}')")
+    ref = as_tensor(x, name, allow_scalar=True)
+    _check_avg(op, [ref], "allreduce")
+    if _on_device([ref]):
+        from . import gpu
+        what = _describe("allreduce", [ref])
+        _agree(rt, what, (("allreduce", op), (_entry(ref),)))
+        gpu.allreduce(rt, [ref], op)
+        return x
+    what = _describe("allreduce", [ref])
+    rt.timeline.begin("allreduce", {"op": op, "tensor": name})
+    _agree(rt, what, (("allreduce", op), (_entry(ref),)))
+    _reduce(rt, [ref], op, rt.algorithms.hierarchical).wait()
+    rt.timeline.end("allreduce")
+    if ref.kind == "scalar":
+        return ref.flat[0].item()
+    return x
+
+
+def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, check: float = 0.0,
+                names: Optional[Sequence[str]] = None) -> list:
+    """Reduce a list of tensors in one fused, topology-aware call; returns the list (in place).
+
+    mpi=True uses one flat MPI_Allreduce per bucket (the baseline).  check=tol also runs the
+    flat baseline on a copy and raises DDLError naming the first tensor whose results differ
+    by more than tol * max(1, |baseline|).
+    """
+    rt = _rt.current()
+    refs, op, what = _prepare_n(tensors, op, names, "allreduce_n")
+    if not isinstance(mpi, bool):
+        raise DDLInputError(f"{what}: mpi must be True or False, got {mpi!r}")
+    try:
+        tol = float(check)
+    except (TypeError, ValueError):
+        raise DDLInputError(f"{what}: check must be a tolerance (float), got {check!r}") from None
+    if not tol >= 0:
+        raise DDLInputError(f"{what}: check must be 0 (off) or a positive tolerance, got {check!r}")
+    signature = (("allreduce_n", op, mpi, tol), tuple(_entry(r) for r in refs))
+    if _on_device(refs):
+        from . import gpu
+        _agree(rt, what, signature)
+        gpu.allreduce(rt, refs, op)
+        return list(tensors)
+    rt.timeline.begin("allreduce_n", {"op": op, "tensors": len(refs), "mpi": mpi})
+    _agree(rt, what, signature)
+    hierarchical = rt.algorithms.hierarchical and not mpi
+    if tol > 0:
+        baseline = [TensorRef(r.obj, r.name, r.dtype, r.shape, r.flat.copy(), "numpy") for r in refs]
+        _reduce(rt, baseline, op, False).wait()
+        _reduce(rt, refs, op, hierarchical).wait()
+        _compare(rt, what, refs, baseline, tol)
+    else:
+        _reduce(rt, refs, op, hierarchical).wait()
+    rt.timeline.end("allreduce_n")
+    return list(tensors)
+
+
+def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[Sequence[str]] = None):
+    """Start reducing a list of tensors; returns a handle whose wait() returns the list.
+
+    Reductions progress whenever any ddl_runtime call runs (including handle.done()), so a
+    training loop can start a bucket of gradients and keep computing.  Handles must be
+    started in the same order on every rank; waiting may happen in any order.
+    """
+    rt = _rt.current()
+    refs, op, what = _prepare_n(tensors, op, names, "allreduce_n_async")
+    signature = (("allreduce_n_async", op), tuple(_entry(r) for r in refs))
+    if _on_device(refs):
+        from . import gpu
+        _agree(rt, what, signature)
+        return gpu.allreduce_async(rt, refs, op, list(tensors))
+    rt.timeline.begin("allreduce_n_async", {"op": op, "tensors": len(refs)})
+    _agree(rt, what, signature)
+    rt.timeline.end("allreduce_n_async")
+    return _reduce(rt, refs, op, rt.algorithms.hierarchical, results=list(tensors))
+
+
+def _prepare_n(tensors, op, names, what):
+    tensors = _as_list(tensors, what)
+    _check_op(op, REDUCE_N_OPS, what)
+    names = _names(tensors, names, what)
+    refs = [as_tensor(t, n) for t, n in zip(tensors, names)]
+    _check_avg(op, refs, what)
+    return refs, op, _describe(what, refs)
+
+
+def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results: Optional[list] = None):
+    key = (tuple((r.numel, r.dtype) for r in refs), rt.fusion_bytes)
+    specs = rt.plans.get(key)
+    if specs is None:
+        specs = plan_buckets(refs, rt.fusion_bytes)
+        if len(rt.plans) > 256:
+            rt.plans.clear()
+        rt.plans[key] = specs
+    scale = float(rt.size) if op == "avg" else None
+    return rt.engine.submit(specs, refs, op, scale, "hierarchical" if hierarchical else "flat",
+                            results if results is not None else [r.obj for r in refs])
+
+
+def _compare(rt, what: str, refs, baseline, tol: float) -> None:
+    bad, detail = len(refs), ""
+    for i, (ref, base) in enumerate(zip(refs, baseline)):
+        a, b = _as_float64(ref), _as_float64(base)
+        if a.size == 0:
+            continue
+        err = np.abs(a - b) / np.maximum(1.0, np.abs(b))
+        worst = float(np.nanmax(err)) if err.size else 0.0
+        if worst > tol or np.isnan(err).any() != np.isnan(b).any():
+            bad, detail = i, f"{worst:.3g}"
+            break
+    verdict = np.array([bad], dtype=np.int64)
+    rt.engine.wait_request(rt.control.Iallreduce(MPI.IN_PLACE, [verdict, MPI.INT64_T], MPI.MIN))
+    first = int(verdict[0])
+    if first < len(refs):
+        here = f" (relative difference {detail} here)" if first == bad else ""
+        raise DDLError(f"{what}: check failed: tensor '{refs[first].name}' differs from the "
+                       f"MPI_Allreduce baseline by more than {tol:g}{here}")
+
+
+def _as_float64(ref: TensorRef) -> np.ndarray:
+    if ref.dtype == "bfloat16":
+        return (ref.flat.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return ref.flat.astype(np.float64)
+
+
+def bcast(x: Any, root: int = 0, name: Optional[str] = None) -> Any:
+    """Broadcast `x` from `root` into `x` on every other rank (in place); returns x."""
+    return bcast_n([x], root=root, names=[name or "tensor"])[0]
+
+
+def bcast_n(tensors: Sequence[Any], root: int = 0, names: Optional[Sequence[str]] = None) -> list:
+    """Broadcast a list of tensors from `root` (all in flight at once); returns the list."""
+    rt = _rt.current()
+    what = "bcast"
+    tensors = _as_list(tensors, what)
+    _check_root(rt, root, what)
+    names = _names(tensors, names, what)
+    refs = [as_tensor(t, n, writable=rt.rank != root) for t, n in zip(tensors, names)]
+    what = _describe("bcast", refs)
+    signature = (("bcast", root), tuple(_entry(r) for r in refs))
+    if _on_device(refs):
+        from . import gpu
+        _agree(rt, what, signature)
+        gpu.bcast(rt, refs, root)
+        return list(tensors)
+    rt.timeline.begin("bcast", {"root": root, "tensors": len(refs)})
+    _agree(rt, what, signature)
+    t0 = _now()
+    requests = [rt.control.Ibcast([r.flat.view(np.uint8), MPI.BYTE], root=root) for r in refs if r.numel]
+    rt.engine.wait(lambda: MPI.Request.Testall(requests))
+    if rt.timeline.enabled:
+        rt.timeline.span("BCAST", TID_MPI, t0, _now(), {"bytes": sum(r.nbytes for r in refs), "root": root})
+    rt.timeline.end("bcast")
+    return list(tensors)
+
+
+def bcast_object(obj: Any, root: int = 0) -> Any:
+    """Broadcast a picklable Python object from `root`; returns root's object on every rank."""
+    rt = _rt.current()
+    _check_root(rt, root, "bcast_object")
+    _agree(rt, "bcast_object", (("bcast_object", root), ()))
+    return rt.control.bcast(obj, root=root)
+
+
+def allgather(x: Any, name: Optional[str] = None) -> Any:
+    """Concatenate every rank's `x` along the first axis (first dims may differ); returns a new tensor."""
+    rt = _rt.current()
+    name = name or "tensor"
+    ref = as_tensor(x, name, writable=False)
+    if ref.device != "cpu":
+        raise DDLInputError(f"allgather('{name}'): tensors on {ref.device} are not supported; gather on CPU")
+    shape = ref.shape if ref.shape else (1,)
+    what = _describe("allgather", [ref])
+    rt.timeline.begin("allgather", {"tensor": name})
+    _agree(rt, what, (("allgather",), (_entry(ref, ("*",) + tuple(shape[1:])),)))
+    counts = np.zeros(rt.size, dtype=np.int64)
+    mine = np.array([shape[0]], dtype=np.int64)
+    rt.engine.wait_request(rt.control.Iallgather([mine, MPI.INT64_T], [counts, MPI.INT64_T]))
+    row = int(np.prod(shape[1:], dtype=np.int64)) * ref.flat.itemsize
+    out = np.empty(int(counts.sum()) * row // ref.flat.itemsize, dtype=ref.flat.dtype)
+    byte_counts = (counts * row).tolist()
+    displs = np.concatenate(([0], np.cumsum(byte_counts)[:-1])).tolist()
+    t0 = _now()
+    request = rt.control.Iallgatherv([ref.flat.view(np.uint8), MPI.BYTE],
+                                     [out.view(np.uint8), (byte_counts, displs), MPI.BYTE])
+    rt.engine.wait_request(request)
+    if rt.timeline.enabled:
+        rt.timeline.span("ALLGATHER", TID_MPI, t0, _now(), {"bytes": int(out.nbytes)})
+    rt.timeline.end("allgather")
+    return new_like(ref, out, (int(counts.sum()),) + tuple(shape[1:]))
+
+
+def _check_root(rt, root: Any, what: str) -> None:
+    if not isinstance(root, (int, np.integer)) or isinstance(root, bool) or not 0 <= root < rt.size:
+        raise DDLInputError(f"{what}: root {root!r} is not a rank of this job (0..{rt.size - 1})")
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+# -- data-parallel helpers ----------------------------------------------------------------
+def shard(data: Any) -> Any:
+    """This rank's part of `data`, as np.array_split(data, size())[rank()] (lists stay lists)."""
+    rt = _rt.current()
+    counts = split_counts(len(data), rt.size)
+    start = sum(counts[:rt.rank])
+    return data[start:start + counts[rt.rank]]
+
+
+def scale_lr(lr: float) -> float:
+    """The learning rate scaled linearly with the number of ranks."""
+    return lr * _rt.current().size
