@@ -1,0 +1,108 @@
+"""``wml env verify``: every package file present and intact; the spec's imports work.
+
+For each conda record the installer wrote ``paths_data`` into ``conda-meta``: each file's
+sha256 as shipped and, for files whose prefix placeholder was rewritten, its sha256 in the
+prefix.  A file is intact when it exists and hashes to the latter (or the former).  Then each
+module listed in the spec's ``imports`` is imported by the env's own python.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wmlce_tools.env.envinfo import EnvInfo
+from wmlce_tools.env.installed import conda_records, env_python
+
+
+@dataclass
+class FileProblem:
+    package: str
+    path: str
+    problem: str  # "missing" | "sha256 mismatch"
+
+
+@dataclass
+class ImportProblem:
+    module: str
+    error: str
+
+
+@dataclass
+class VerifyReport:
+    prefix: Path
+    packages: int = 0
+    files_checked: int = 0
+    imports_checked: list[str] = field(default_factory=list)
+    file_problems: list[FileProblem] = field(default_factory=list)
+    import_problems: list[ImportProblem] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.file_problems and not self.import_problems
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_files(prefix: Path, report: VerifyReport) -> None:
+    for rec in conda_records(prefix):
+        report.packages += 1
+        pkg = f"{rec.name.normalized}-{rec.version}-{rec.build}"
+        for entry in rec.paths_data.paths:
+            rel = Path(entry.relative_path)
+            path = prefix / rel
+            kind = entry.path_type
+            if kind.directory:
+                continue
+            report.files_checked += 1
+            if not os.path.lexists(path):
+                report.file_problems.append(FileProblem(pkg, rel.as_posix(), "missing"))
+                continue
+            if kind.softlink or path.is_symlink():
+                continue
+            expected = entry.sha256_in_prefix or entry.sha256
+            if expected is None:
+                continue
+            if _sha256(path) != expected.hex():
+                report.file_problems.append(FileProblem(pkg, rel.as_posix(), "sha256 mismatch"))
+
+
+def check_imports(prefix: Path, modules: list[str], report: VerifyReport) -> None:
+    if not modules:
+        return
+    python = env_python(prefix)
+    if python is None:
+        report.note = "the env has no python: imports not checked"
+        return
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    for module in modules:
+        report.imports_checked.append(module)
+        proc = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True,
+                              text=True, env=env)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            report.import_problems.append(ImportProblem(module, lines[-1] if lines else f"exit {proc.returncode}"))
+
+
+def verify_env(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
+    report = VerifyReport(prefix=prefix)
+    check_files(prefix, report)
+    if imports is None:
+        info = EnvInfo.read(prefix)
+        imports = info.imports if info else []
+    for module in imports:
+        if not all(part.isidentifier() for part in module.split(".")):
+            report.import_problems.append(ImportProblem(module, "not a module name"))
+    check_imports(prefix, [m for m in imports if all(p.isidentifier() for p in m.split("."))], report)
+    return report
