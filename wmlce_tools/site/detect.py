@@ -36,8 +36,8 @@ def scheduler_from_env(env: Mapping[str, str]) -> Optional[str]:
 
 def detect_site(sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.environ,
                 hostname: Optional[str] = None) -> Optional[Detection]:
-    """A site whose hostname patterns (and required variables) match; among several, prefer
-    one whose scheduler matches the scheduler variables present."""
+    """A site one of whose hostname patterns matches, or all of whose ``environment`` patterns
+    match; among several, prefer one whose scheduler matches the scheduler variables present."""
     host = hostname if hostname is not None else env.get("WML_HOSTNAME") or socket.getfqdn()
     short = host.split(".")[0]
     sched = scheduler_from_env(env)
@@ -46,12 +46,12 @@ def detect_site(sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.envir
         det = known.profile.detect
         if not det.hostnames and not det.environment:
             continue
-        host_ok = not det.hostnames or any(
-            fnmatch.fnmatch(host, pat) or fnmatch.fnmatch(short, pat) for pat in det.hostnames
-        )
-        env_ok = all(fnmatch.fnmatch(env.get(k, ""), pat) for k, pat in det.environment.items())
-        if host_ok and env_ok:
-            why = f"host {host!r} matches {det.hostnames}" if det.hostnames else "environment matches"
+        host_ok = any(fnmatch.fnmatch(host, pat) or fnmatch.fnmatch(short, pat) for pat in det.hostnames)
+        env_ok = bool(det.environment) and all(
+            fnmatch.fnmatch(env.get(k, ""), pat) for k, pat in det.environment.items())
+        if host_ok or env_ok:
+            why = (f"host {host!r} matches {det.hostnames}" if host_ok
+                   else f"environment matches {det.environment}")
             matches.append((known.profile.scheduler == sched, name, why))
     if not matches:
         return None

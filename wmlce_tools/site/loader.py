@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+from functools import lru_cache
 import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -11,6 +12,9 @@ from pydantic import ValidationError
 
 from ..errors import WmlError
 from .schema import SiteProfile
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SiteFileError(WmlError):
@@ -51,8 +55,17 @@ def _format_validation(path: Path, root: Optional[yaml.Node], err: ValidationErr
 
 
 def load_site_file(path: str | os.PathLike) -> SiteProfile:
-    """Load and validate one site file."""
+    """Load and validate one site file (cached while the file is unchanged)."""
     p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return _load(p, 0, 0)
+    return _load(p, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=256)
+def _load(p: Path, _mtime_ns: int, _size: int) -> SiteProfile:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -60,8 +73,8 @@ def load_site_file(path: str | os.PathLike) -> SiteProfile:
     except OSError as e:
         raise SiteFileError(f"{p}: cannot read: {e.strerror}") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else "?"

@@ -82,7 +82,8 @@ class QueueSpec(_Strict):
 
 
 class DetectSpec(_Strict):
-    """How ``wml site detect`` recognises this site."""
+    """How ``wml site detect`` recognises this site: any hostname pattern matching, or all of
+    the environment patterns matching (when there are any)."""
 
     hostnames: List[str] = Field(default_factory=list, description="fnmatch patterns for the login/batch host name")
     environment: Dict[str, str] = Field(

@@ -1,0 +1,43 @@
+"""Fixtures shared by every test package.
+
+Each test runs with its own HOME, XDG dirs and job directory, so no user configuration or
+earlier job leaks in, and nothing is written outside tmp_path.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def isolated_env(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_"))}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local/share"),
+               WML_JOBS_DIR=str(tmp_path / "wml-jobs"), WML_HOSTNAME="testhost.example.org")
+    for k in list(os.environ):
+        if k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_")):
+            monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+@pytest.fixture
+def run_wml(isolated_env, tmp_path):
+    """Run the real ``wml`` command (this interpreter's) in tmp_path; returns CompletedProcess."""
+    def run(*args, env=None, cwd=None, timeout=120, input=None):
+        e = dict(isolated_env)
+        if env:
+            e.update(env)
+        return subprocess.run([sys.executable, "-m", "wmlce_tools", *args], cwd=cwd or tmp_path, env=e,
+                              capture_output=True, text=True, timeout=timeout, input=input)
+    return run
