@@ -1,0 +1,146 @@
+"""The ``ddlrun`` command line (argparse: it starts on every job, so it must start fast).
+
+    ddlrun [-H h1,h2 | --hostfile FILE] [-n N] [--ranks-per-node K] [--gpus-per-rank G]
+           [--cores-per-rank C] [--threads-per-core T] [--site NAME] [--mode p:GxNxRxA]
+           [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
+           [--timeline FILE] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
+           [--] PROGRAM [ARGS]...
+
+Errors are one line, ``ddlrun: error: ...``, exit status 2; never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import List, Optional, Sequence
+
+from ..errors import WmlError
+
+DESCRIPTION = ("Run PROGRAM once per rank with the site's launcher (jsrun, srun, aprun or mpiexec), "
+               "placing ranks and GPUs as wml's Layout says; the launch command is printed before it runs.")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage block
+        raise WmlError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ddlrun", description=DESCRIPTION)
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="hosts: h1,h2 or h1:4,h2:4 (slots) or 'nid[01-04]' "
+                       "(default: from LSF/Slurm/Cobalt, else this machine)")
+    hosts.add_argument("--hostfile", help="file with one host per line (host, host:N or host slots=N)")
+    p.add_argument("-n", "-np", "--np", dest="np", type=int, help="ranks in all (default: ranks per node x hosts)")
+    p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: GPUs per node, or 1)")
+    p.add_argument("--gpus-per-rank", type=int, help="GPUs per rank (default: GPUs per node / ranks per node)")
+    p.add_argument("--cores-per-rank", type=int, help="cores per rank (default: fair share)")
+    p.add_argument("--threads-per-core", type=int, help="hardware threads per core (SMT level)")
+    p.add_argument("--site", help="site profile (default: $WML_SITE, detection, then 'local')")
+    p.add_argument("--mode", help="DDL topology p:<ranks per node>x<nodes per rack>x<racks>x<aisles> "
+                   "(default: from the layout)")
+    p.add_argument("--emulate-nodes", type=int, metavar="K", help="K virtual nodes on this one host")
+    p.add_argument("-x", dest="exports", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="pass a variable to every rank (repeatable)")
+    p.add_argument("--mpiarg", dest="mpiargs", action="append", default=[], metavar='"ARGS"',
+                   help="extra launcher arguments, split like a shell would (repeatable)")
+    p.add_argument("--mpiexec", help="the mpiexec to use (default: $WML_MPIEXEC, else mpiexec on PATH)")
+    p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace timeline (DDL_TIMELINE)")
+    p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
+    p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
+                   "version, same GPU count); stop on failure")
+    p.add_argument("--dry-run", action="store_true", help="print the launch command; run nothing")
+    p.add_argument("--no-prefix", dest="prefix", action="store_false", help="do not prefix output lines with [rank]")
+    p.add_argument("-v", "--verbose", action="store_true", help="say where hosts and layout come from")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
+    return p
+
+
+def parse_args(argv: Sequence[str]):
+    from .plan import DdlrunOptions
+
+    argv = list(argv)
+    program: Optional[List[str]] = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, program = argv[:cut], argv[cut + 1:]
+    a = _parser().parse_args(argv)
+    if a.version:
+        return None
+    if program is None:
+        program = a.program
+    elif a.program:
+        raise WmlError(f"unexpected {a.program[0]!r} before '--'")
+    mpiargs: List[str] = []
+    for text in a.mpiargs:
+        try:
+            mpiargs += shlex.split(text)
+        except ValueError as e:
+            raise WmlError(f"--mpiarg {text!r}: {e}") from None
+    for name in ("np", "ranks_per_node", "cores_per_rank", "threads_per_core", "emulate_nodes"):
+        v = getattr(a, name)
+        if v is not None and v < 1:
+            opt = "-n" if name == "np" else "--" + name.replace("_", "-")
+            raise WmlError(f"{opt} must be >= 1, got {v}")
+    return DdlrunOptions(program=tuple(program), hosts=a.hosts, hostfile=a.hostfile, np=a.np,
+                         ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
+                         cores_per_rank=a.cores_per_rank, threads_per_core=a.threads_per_core,
+                         site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,
+                         exports=tuple(a.exports), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
+                         timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
+                         check=a.check, dry_run=a.dry_run, verbose=a.verbose)
+
+
+def _describe(plan) -> str:
+    lay = plan.layout
+    flavor = f" ({plan.mpi_flavor})" if plan.mpi_flavor else ""
+    return (f"ddlrun: site {plan.site.name}, launcher {plan.site.launcher}{flavor}; hosts from "
+            f"{plan.hosts.source}: {','.join(plan.hosts.hosts)}\n"
+            f"ddlrun: {lay.describe()}; mode {plan.mode}; MASTER_ADDR={plan.master_addr} "
+            f"MASTER_PORT={plan.master_port}\n")
+
+
+def run_cli(argv: Sequence[str]) -> int:
+    opts = parse_args(argv)
+    if opts is None:
+        from .. import __version__
+
+        sys.stdout.write(f"ddlrun (wml) {__version__}\n")
+        return 0
+    from .plan import build_plan
+
+    plan = build_plan(opts, os.environ)
+    if opts.verbose:
+        sys.stderr.write(_describe(plan))
+    if opts.check:
+        from .preflight import check_hosts
+
+        if not check_hosts(plan, sys.stderr):
+            return 1
+    if opts.dry_run:
+        from .runner import dry_run_text
+
+        sys.stdout.write(dry_run_text(plan))
+        return 0
+    from .runner import run
+
+    return run(plan)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    try:
+        code = run_cli(sys.argv[1:] if argv is None else argv)
+    except WmlError as e:
+        sys.stderr.write(f"ddlrun: error: {e}\n")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("ddlrun: interrupted\n")
+        sys.exit(130)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""ddlrun's options + the job's hosts -> ResourceRequest -> Layout -> the launch command.
+
+The geometry is never worked out here: ``compile_layout`` places the ranks and
+``launch_command`` spells the launcher line, exactly as for the job script.  This module only
+decides how many nodes and ranks per node the request has, checks them against the hosts,
+and puts the per-rank shim (``rankexec``) in front of the program.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ..errors import WmlError
+from ..launchers import LaunchContext, launch_command
+from ..layout import Layout, compile_layout
+from ..resources import ResourceRequest
+from ..site.schema import SiteProfile
+from .hosts import HostSet, discover_hosts, localhost, parse_host_option, read_hostfile
+from .rankfile import placement_file
+
+JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "WML_JOB_ID")
+PORT_LOW, PORT_SPAN = 20000, 40000
+SHIM_MODULE = "wmlce_tools.ddlrun.rankexec"
+
+LAUNCHER_HINTS = {
+    "jsrun": "are you inside an LSF allocation on {site}? (bsub -Is or a batch job)",
+    "srun": "are you inside a Slurm allocation on {site}? (salloc or sbatch)",
+    "aprun": "are you on a MOM node inside a Cobalt job on {site}?",
+    "mpiexec": "install an MPI (pip install mpich, or apt-get install openmpi-bin) or pass --mpiexec PATH",
+}
+
+
+@dataclass(frozen=True)
+class DdlrunOptions:
+    """The command line, parsed (``None``: not given)."""
+
+    program: Tuple[str, ...]
+    hosts: Optional[str] = None
+    hostfile: Optional[str] = None
+    np: Optional[int] = None
+    ranks_per_node: Optional[int] = None
+    gpus_per_rank: Optional[int] = None
+    cores_per_rank: Optional[int] = None
+    threads_per_core: Optional[int] = None
+    site: Optional[str] = None
+    mode: Optional[str] = None
+    emulate_nodes: Optional[int] = None
+    exports: Tuple[str, ...] = ()        # -x NAME or NAME=VALUE
+    mpiargs: Tuple[str, ...] = ()        # already split into words
+    mpiexec: Optional[str] = None
+    timeline: Optional[str] = None
+    oversubscribe: bool = False
+    prefix: bool = True
+    check: bool = False
+    dry_run: bool = False
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything about one launch, decided before anything runs."""
+
+    site: SiteProfile
+    hosts: HostSet                       # the hosts used, one per node (one host when emulated)
+    node_hosts: Tuple[str, ...]          # host of each layout node
+    layout: Layout
+    mode: str
+    mpi_flavor: Optional[str]            # mpiexec only
+    launcher_exe: Optional[str]          # resolved path, None when not found (dry run)
+    exports: Tuple[Tuple[str, str], ...]
+    master_addr: str
+    master_port: int
+    prefix: bool
+    placement: Optional[str]             # rankfile / ERF text, when the launch needs one
+    program: Tuple[str, ...]
+    timeline: Optional[str]
+    mpiargs: Tuple[str, ...]
+
+    @property
+    def all_local(self) -> bool:
+        return set(self.node_hosts) == {"localhost"}
+
+    def shim_argv(self, status_dir: Optional[str] = None) -> List[str]:
+        lay = self.layout
+        node_lists = []
+        for n in range(lay.nodes):
+            node_lists.append(";".join(",".join(map(str, r.gpus)) for r in lay.on_node(n)))
+        if len(set(node_lists)) == 1:
+            node_lists = node_lists[:1]
+        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 else "none"
+        argv = [sys.executable, "-m", SHIM_MODULE, "--size", str(lay.size),
+                "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
+                "--gpus", "|".join(node_lists), "--mode", self.mode,
+                "--master", f"{self.master_addr}:{self.master_port}"]
+        if lay.emulated:
+            argv += ["--emulate-nodes", str(lay.nodes)]
+        if self.timeline:
+            argv += ["--timeline", self.timeline]
+        if self.prefix:
+            argv.append("--prefix")
+        if status_dir:
+            argv += ["--status-dir", status_dir]
+        return argv + ["--", *self.program]
+
+    def command(self, rankfile_path: Optional[str] = None, status_dir: Optional[str] = None) -> List[str]:
+        ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
+                            env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path)
+        argv = launch_command(self.layout, ctx, self.shim_argv(status_dir))
+        if self.launcher_exe and self.site.launcher == "mpiexec":
+            argv[0] = self.launcher_exe
+        return argv
+
+
+def master_port(env: Mapping[str, str]) -> int:
+    """A port in 20000-59999 derived from the job id (else this process id), so that
+    concurrent jobs on shared nodes pick different ports."""
+    job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
+    return PORT_LOW + zlib.crc32(job.encode()) % PORT_SPAN
+
+
+def _hosts(opts: DdlrunOptions, site: SiteProfile, env: Mapping[str, str]) -> HostSet:
+    if opts.hosts and opts.hostfile:
+        raise WmlError("give either -H or --hostfile, not both")
+    if opts.hosts:
+        return parse_host_option(opts.hosts)
+    if opts.hostfile:
+        return read_hostfile(opts.hostfile)
+    if site.scheduler == "local":
+        return localhost()
+    return discover_hosts(env)
+
+
+def _exports(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    from ..resources import _ENV_NAME
+
+    out: Dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not _ENV_NAME.match(key):
+            raise WmlError(f"-x {item!r}: {key!r} is not a valid environment variable name")
+        if not eq:
+            if key not in env:
+                raise WmlError(f"-x {key}: {key} is not set here; use -x {key}=VALUE")
+            value = env[key]
+        out[key] = value
+    return tuple(out.items())
+
+
+def _check_mode(text: Optional[str], layout: Layout) -> str:
+    if text is None:
+        return layout.mode
+    from ddl_runtime.errors import DDLInputError
+    from ddl_runtime.topology import parse_mode
+
+    try:
+        mode = parse_mode(text, source="--mode")
+    except DDLInputError as e:
+        raise WmlError(str(e)) from None
+    if mode.ranks_per_node != layout.ranks_per_node or mode.world_size != layout.size:
+        raise WmlError(f"--mode {text}: {mode.ranks_per_node} ranks per node, {mode.world_size} ranks in all, "
+                       f"but the job has {layout.ranks_per_node} per node, {layout.size} in all "
+                       f"(expected e.g. {layout.mode})")
+    return str(mode)
+
+
+def _nodes_and_rpn(opts: DdlrunOptions, hosts: HostSet) -> Tuple[int, Optional[int], HostSet]:
+    rpn = opts.ranks_per_node
+    if opts.emulate_nodes is not None:
+        if opts.emulate_nodes < 1:
+            raise WmlError(f"--emulate-nodes must be >= 1, got {opts.emulate_nodes}")
+        if len(hosts.hosts) != 1:
+            raise WmlError(f"--emulate-nodes runs on one host, but {hosts.source} names {len(hosts.hosts)}")
+        nodes = opts.emulate_nodes
+        if opts.np is not None:
+            if opts.np % nodes:
+                raise WmlError(f"-n {opts.np} is not a multiple of --emulate-nodes {nodes}")
+            if rpn is not None and rpn * nodes != opts.np:
+                raise WmlError(f"-n {opts.np} is not --ranks-per-node {rpn} x --emulate-nodes {nodes}")
+            rpn = opts.np // nodes
+        return nodes, rpn, hosts
+    if opts.np is None:
+        return len(hosts.hosts), rpn, hosts
+    if rpn is not None:
+        if opts.np % rpn:
+            raise WmlError(f"-n {opts.np} is not a multiple of --ranks-per-node {rpn}")
+        nodes = opts.np // rpn
+        if nodes > len(hosts.hosts):
+            raise WmlError(f"-n {opts.np} at {rpn} per node needs {nodes} hosts, but {hosts.source} "
+                           f"has {len(hosts.hosts)}")
+        return nodes, rpn, hosts.first(nodes)
+    n_hosts = len(hosts.hosts)
+    if opts.np % n_hosts:
+        raise WmlError(f"-n {opts.np} is not a multiple of the {n_hosts} hosts ({hosts.source}); "
+                       f"give -n as a multiple of {n_hosts}, or --ranks-per-node")
+    return n_hosts, opts.np // n_hosts, hosts
+
+
+def _check_slots(layout: Layout, hosts: HostSet, oversubscribe: bool) -> None:
+    if oversubscribe:
+        return
+    per_host = layout.size if layout.emulated else layout.ranks_per_node
+    for host, slots in zip(hosts.hosts, hosts.slots):
+        if slots is not None and per_host > slots:
+            raise WmlError(f"{per_host} ranks on {host}, which has {slots} slot(s) ({hosts.source}); "
+                           f"pass --oversubscribe to allow it")
+
+
+def _check_program(program: Tuple[str, ...]) -> None:
+    if not program:
+        raise WmlError("no program given: ddlrun [OPTIONS] [--] PROGRAM [ARGS]...")
+    prog = program[0]
+    if shutil.which(prog) is not None:
+        return
+    if "/" in prog:
+        if os.path.isfile(prog):
+            raise WmlError(f"program {prog} is not executable (chmod +x it, or run it with python)")
+        raise WmlError(f"program not found: {prog}")
+    raise WmlError(f"program not found: {prog!r} is not on PATH")
+
+
+def _launcher(site: SiteProfile, opts: DdlrunOptions, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str]]:
+    """(resolved launcher path or None, MPI flavor for mpiexec)."""
+    name = site.launcher
+    if name == "mpiexec":
+        name = opts.mpiexec or env.get("WML_MPIEXEC") or "mpiexec"
+    exe = shutil.which(name)
+    if exe is None:
+        if opts.dry_run:
+            return None, "mpich" if site.launcher == "mpiexec" else None
+        hint = LAUNCHER_HINTS[site.launcher].format(site=site.name)
+        raise WmlError(f"{name} not found: {hint}")
+    if site.launcher != "mpiexec":
+        return exe, None
+    from ..launchers.mpiexec import detect_flavor
+
+    flavor = detect_flavor(exe)
+    if flavor is None:
+        raise WmlError(f"{exe} --version names neither MPICH nor Open MPI; pass --mpiexec with one of them")
+    return exe, flavor
+
+
+def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> LaunchPlan:
+    """Validate everything; raise WmlError naming the first problem."""
+    from ..site.registry import choose_site
+
+    site = choose_site(opts.site, env)
+    hosts = _hosts(opts, site, env)
+    if site.scheduler == "local" and len(hosts.hosts) > 1:
+        raise WmlError(f"the local site runs on this machine only, but {hosts.source} names "
+                       f"{len(hosts.hosts)} hosts; use --emulate-nodes K to emulate nodes here, "
+                       f"or a site profile (--site) for your cluster")
+    nodes, rpn, hosts = _nodes_and_rpn(opts, hosts)
+    req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
+                          cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
+    layout = compile_layout(site, req)
+    if opts.np is not None and layout.size != opts.np:  # pragma: no cover - guarded above
+        raise WmlError(f"-n {opts.np}: the layout has {layout.size} ranks")
+    _check_slots(layout, hosts, opts.oversubscribe)
+    mode = _check_mode(opts.mode, layout)
+    exports = _exports(opts.exports, env)
+    _check_program(opts.program)
+    exe, flavor = _launcher(site, opts, env)
+    node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
+    timeline = os.path.abspath(opts.timeline) if opts.timeline else None
+    return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
+                      mpi_flavor=flavor, launcher_exe=exe, exports=exports,
+                      master_addr=node_hosts[0], master_port=master_port(env),
+                      prefix=opts.prefix and layout.size > 1,
+                      placement=placement_file(site.launcher, flavor, layout, node_hosts),
+                      program=opts.program, timeline=timeline, mpiargs=opts.mpiargs)

@@ -1,0 +1,235 @@
+"""The per-rank shim: the launcher runs ``python -m wmlce_tools.ddlrun.rankexec [settings] --
+PROGRAM ARGS`` once per rank; it works out this rank's environment and runs the program.
+
+The rank comes from the launcher's own variables (``ddl_runtime.jobenv.detect_launcher``);
+node and local rank follow from the Layout's numbering (rank = node * ranks_per_node +
+local_rank), which every launcher ddlrun drives places node by node.  Where the launcher also
+reports a local rank, it must agree (otherwise GPUs would be handed out wrongly).
+
+Sets, per the contract in docs/ARCHITECTURE.md: CUDA_VISIBLE_DEVICES (per-rank binding: this
+rank's GPUs, as indices into what the node already exposes; left alone when the launcher has
+already narrowed it to this rank's share), DDL_GPU_BINDING, DDL_LAYOUT_GPUS (this node's GPU
+lists per local rank), DDL_OPTIONS (``-mode ...``, other words the user set are kept),
+DDL_EMULATE_NODES, DDL_TIMELINE, the torchrun variables, and PYTHONUNBUFFERED=1 unless set
+(output appears as it is printed).  With ``--prefix`` every line of output is written as
+``[rank] line`` in one write, so lines of different ranks never mix.  With ``--status-dir``
+the exit status is written to ``<dir>/<rank>`` so ddlrun can report the first failing rank.
+
+Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts on every rank.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ddl_runtime.errors import DDLInputError
+from ddl_runtime.jobenv import JobEnvironment, detect_launcher
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class ShimError(Exception):
+    """One line for the user; ``code`` is the rank's exit status."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class RankSettings:
+    size: int
+    ranks_per_node: int
+    binding: str                                   # per-rank, local-rank or none (no GPUs)
+    node_gpus: Tuple[Tuple[Tuple[int, ...], ...], ...]   # per node (one entry: every node) per local rank
+    mode: str
+    master_addr: str
+    master_port: int
+    emulate_nodes: Optional[int] = None
+    timeline: Optional[str] = None
+
+
+def parse_gpus(text: str) -> Tuple[Tuple[Tuple[int, ...], ...], ...]:
+    """``0;1|2;3`` -> per node, per local rank GPU ids (``''`` for a rank without GPUs)."""
+    return tuple(tuple(tuple(int(g) for g in lr.split(",") if g != "") for lr in node.split(";"))
+                 for node in text.split("|"))
+
+
+def _gpu_text(lists: Sequence[Sequence[int]]) -> str:
+    return ";".join(",".join(map(str, g)) for g in lists)
+
+
+def _merge_ddl_options(existing: str, mode: str) -> str:
+    words = shlex.split(existing) if existing.strip() else []
+    kept: List[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w == "-mode":
+            skip = True
+            continue
+        if w.startswith("-mode="):
+            continue
+        kept.append(w)
+    return " ".join(["-mode", mode, *(shlex.quote(w) for w in kept)])
+
+
+def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
+    """This rank's environment: ``env`` plus what ddlrun promises every rank."""
+    info = detect_launcher(env)
+    if info.rank is None:
+        raise ShimError("cannot tell this process's rank: no launcher variables (OMPI_COMM_WORLD_RANK, "
+                        "PMI_RANK, SLURM_PROCID, JSM_NAMESPACE_RANK, ALPS_APP_PE); run it through ddlrun")
+    rank = info.rank
+    if info.size is not None and info.size != s.size:
+        raise ShimError(f"rank {rank}: the launcher started {info.size} ranks but the layout has {s.size}")
+    node, local = divmod(rank, s.ranks_per_node)
+    if (info.local_rank is not None and not s.emulate_nodes and info.name != "jsrun"
+            and info.local_rank != local):
+        raise ShimError(f"rank {rank}: the launcher says local rank {info.local_rank} but the layout says "
+                        f"{local}: ranks were not placed node by node")
+    out = dict(env)
+    gpus_here = s.node_gpus[node] if len(s.node_gpus) > 1 else s.node_gpus[0]
+    if s.binding != "none":
+        mine = gpus_here[local]
+        if s.binding == "per-rank":
+            out["CUDA_VISIBLE_DEVICES"] = _visible_for(mine, env.get("CUDA_VISIBLE_DEVICES"), rank)
+        out["DDL_GPU_BINDING"] = s.binding
+        out["DDL_LAYOUT_GPUS"] = _gpu_text(gpus_here)
+    out["DDL_OPTIONS"] = _merge_ddl_options(env.get("DDL_OPTIONS", ""), s.mode)
+    if s.emulate_nodes:
+        out["DDL_EMULATE_NODES"] = str(s.emulate_nodes)
+    if s.timeline:
+        out["DDL_TIMELINE"] = s.timeline
+    out.setdefault("PYTHONUNBUFFERED", "1")
+    out.update(JobEnvironment().torchrun_variables(
+        rank=rank, size=s.size, local_rank=local, local_size=s.ranks_per_node, group_rank=node,
+        master_addr=s.master_addr, master_port=s.master_port))
+    try:
+        JobEnvironment.from_environ(out)   # the runtime must be able to read what we promise
+    except DDLInputError as e:
+        raise ShimError(f"rank {rank}: {e}") from None
+    return out
+
+
+def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a rank whose Layout GPUs are ``mine`` (indices on the node)."""
+    if outer is None:
+        return ",".join(map(str, mine))
+    visible = [v.strip() for v in outer.split(",") if v.strip()]
+    if len(visible) == len(mine):          # the launcher (jsrun/srun) already narrowed it
+        return ",".join(visible)
+    try:
+        return ",".join(visible[g] for g in mine)
+    except IndexError:
+        raise ShimError(f"rank {rank}: the layout gives it GPU(s) {list(mine)} but CUDA_VISIBLE_DEVICES="
+                        f"{outer!r} shows {len(visible)}") from None
+
+
+def _die_with_parent() -> None:
+    """Child side: get SIGKILL when the shim dies, so a killed launcher leaves no orphan."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - not glibc
+        pass
+
+
+def _pump(src, fd: int, tag: bytes) -> None:
+    """Copy lines from ``src`` to ``fd``, each as one ``[rank] line`` write."""
+    for line in iter(src.readline, b""):
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        data = tag + line
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    src.close()
+
+
+def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, prefix: bool) -> int:
+    pipe = subprocess.PIPE if prefix else None
+    try:
+        child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
+                                 close_fds=False, preexec_fn=_die_with_parent)
+    except FileNotFoundError:
+        raise ShimError(f"rank {rank}: cannot run {program[0]!r}: not found", 127) from None
+    except PermissionError:
+        raise ShimError(f"rank {rank}: cannot run {program[0]!r}: permission denied", 126) from None
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    pumps = []
+    if prefix:
+        tag = f"[{rank}] ".encode()
+        for src, fd in ((child.stdout, 1), (child.stderr, 2)):
+            t = threading.Thread(target=_pump, args=(src, fd, tag), daemon=True)
+            t.start()
+            pumps.append(t)
+    code = child.wait()
+    for t in pumps:
+        t.join(timeout=10)
+    return 128 - code if code < 0 else code
+
+
+def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List[str]]:
+    p = argparse.ArgumentParser(prog="ddlrun-rank")
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--ranks-per-node", type=int, required=True)
+    p.add_argument("--binding", choices=("per-rank", "local-rank", "none"), required=True)
+    p.add_argument("--gpus", default="")
+    p.add_argument("--mode", required=True)
+    p.add_argument("--master", required=True)
+    p.add_argument("--emulate-nodes", type=int)
+    p.add_argument("--timeline")
+    p.add_argument("--prefix", action="store_true")
+    p.add_argument("--status-dir")
+    p.add_argument("program", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    program = a.program[1:] if a.program[:1] == ["--"] else a.program
+    addr, _, port = a.master.rpartition(":")
+    s = RankSettings(size=a.size, ranks_per_node=a.ranks_per_node, binding=a.binding,
+                     node_gpus=parse_gpus(a.gpus), mode=a.mode, master_addr=addr, master_port=int(port),
+                     emulate_nodes=a.emulate_nodes, timeline=a.timeline)
+    return s, a.prefix, a.status_dir, program
+
+
+def _write_status(status_dir: str, rank: int, code: int) -> None:
+    path = os.path.join(status_dir, str(rank))
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{code} {time.time_ns()}\n")
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # best effort: ddlrun falls back on the launcher's exit status
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    settings, prefix, status_dir, program = _parse(sys.argv[1:] if argv is None else argv)
+    rank = -1
+    try:
+        if not program:
+            raise ShimError("no program given")
+        env = rank_environment(settings, os.environ)
+        rank = int(env["RANK"])
+        code = run_program(program, env, rank, prefix)
+    except ShimError as e:
+        sys.stderr.write(f"ddlrun: error: {e}\n")
+        code = e.code
+    if status_dir and rank >= 0:
+        _write_status(status_dir, rank, code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
