@@ -2,8 +2,7 @@
 
 Every package is a real ``.tar.bz2`` conda archive with ``info/index.json``, ``info/paths.json``,
 ``info/files`` and, where a file embeds its install prefix, ``info/has_prefix`` with a
-placeholder that the installer rewrites.  ``repodata.json`` for each subdir is written by
-``rattler.index.index_fs``.
+placeholder that the installer rewrites; each subdir gets a ``repodata.json``.
 
 Packages
 --------
@@ -17,14 +16,10 @@ linux-64      wml-broken 1.0  paths.json names a file the archive lacks: linking
 """
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
-import os
-import shutil
 import sys
-import sysconfig
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,16 +164,34 @@ def fixture_packages() -> list[PackageSpec]:
     return pkgs
 
 
+def write_repodata(channel: Path) -> None:
+    """repodata.json for every subdir, from each archive's info/index.json plus its hashes.
+
+    (rattler.index.index_fs writes the same, but py-rattler 0.28 sometimes crashes at
+    interpreter exit after it has run -- its background threads outlive Python -- which would
+    turn a passing pytest run into a crash, so the index is written here.)
+    """
+    for subdir_dir in sorted(p for p in channel.iterdir() if p.is_dir()):
+        packages = {}
+        for archive in sorted(subdir_dir.glob("*.tar.bz2")):
+            data = archive.read_bytes()
+            with tarfile.open(archive, "r:bz2") as tar:
+                index = json.load(tar.extractfile("info/index.json"))
+            index.update(md5=hashlib.md5(data).hexdigest(), sha256=_sha256(data), size=len(data))
+            packages[archive.name] = index
+        repodata = {"info": {"subdir": subdir_dir.name}, "packages": packages,
+                    "packages.conda": {}, "removed": [], "repodata_version": 1}
+        (subdir_dir / "repodata.json").write_text(json.dumps(repodata, indent=1, sort_keys=True))
+
+
 def build_channel(channel: Path) -> Path:
     """Build the whole fixture channel at ``channel`` and index it; returns ``channel``."""
-    import rattler.index
-
     channel.mkdir(parents=True, exist_ok=True)
     for subdir in ("noarch", "linux-64", "linux-ppc64le"):
         (channel / subdir).mkdir(exist_ok=True)
     for spec in fixture_packages():
         build_package(spec, channel)
-    asyncio.run(rattler.index.index_fs(channel, write_zst=False, write_shards=False))
+    write_repodata(channel)
     return channel
 
 

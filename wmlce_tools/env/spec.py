@@ -180,6 +180,8 @@ def load_spec(path: Path) -> EnvSpec:
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if exc.context_mark is not None and "<stream end>" in str(exc.problem):
+            mark = exc.context_mark  # an unclosed bracket: point at where it opened
         line = mark.line + 1 if mark else None
         raise where.error(line, f"malformed YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
