@@ -5,6 +5,8 @@ MPICH (Hydra) and Open MPI spell the same request differently:
 - MPICH: ``mpiexec -n N -ppn K -hosts h1,h2 [-bind-to core]``
 - Open MPI: ``mpiexec -n N --map-by ppr:K:node --host h1:K,h2:K [--bind-to core]
   [--oversubscribe]``, or ``--rankfile FILE`` when the layout pins cores.
+Variables every rank must see (``ctx.env``) go as ``-genv KEY VALUE`` (MPICH) or
+``-x KEY=VALUE`` (Open MPI, which does not pass the environment to remote hosts by itself).
 Which one is installed is found by ``detect_flavor`` from ``mpiexec --version``.
 """
 from __future__ import annotations
@@ -48,9 +50,13 @@ def command(layout, ctx, program):
         if layout.oversubscribed:
             argv.append("--oversubscribe")
         argv += ["--bind-to", "none" if layout.oversubscribed else "core"]
+        for key, value in ctx.env.items():
+            argv += ["-x", f"{key}={value}"]
     else:
         if multi_host:
             argv += ["-ppn", str(layout.ranks_per_node), "-hosts", ",".join(hosts)]
         if not layout.oversubscribed and not layout.emulated:
             argv += ["-bind-to", "core"]
+        for key, value in ctx.env.items():
+            argv += ["-genv", key, value]
     return argv + list(ctx.site.launcher_options.extra_args) + list(ctx.extra_args) + program
