@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 
 from .errors import WmlError
 from .resources import ResourceRequest
-from .site.schema import NodeSpec, SiteProfile
+from .site.schema import NodeSpec, SiteProfile, replace
 from .walltime import hhmm, parse_walltime
 
 
@@ -95,7 +95,7 @@ def _node_view(site: SiteProfile, nodes: int) -> Tuple[NodeSpec, bool]:
         return node, False
     cores = max(1, node.cores // nodes)
     gpus = node.gpus // nodes
-    return node.model_copy(update={"sockets": 1, "cores_per_socket": cores, "gpus_per_socket": gpus}), True
+    return replace(node, sockets=1, cores_per_socket=cores, gpus_per_socket=gpus), True
 
 
 def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:

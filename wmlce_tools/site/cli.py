@@ -34,9 +34,10 @@ def show(name: Annotated[str, typer.Argument(help="Site name.")]) -> None:
     import yaml
 
     from .registry import get_site
+    from .schema import to_builtins
 
     prof = get_site(name)
-    typer.echo(yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False).rstrip())
+    typer.echo(yaml.safe_dump(to_builtins(prof), sort_keys=False).rstrip())
 
 
 @app.command()
@@ -67,6 +68,6 @@ def detect() -> None:
 @app.command()
 def schema() -> None:
     """The JSON schema of a site file."""
-    from .schema import SiteProfile
+    from .schema import json_schema
 
-    typer.echo(json.dumps(SiteProfile.model_json_schema(), indent=2))
+    typer.echo(json.dumps(json_schema(), indent=2))

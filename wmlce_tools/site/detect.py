@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from .schema import NodeSpec
+from .schema import NodeSpec, replace
 
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import KnownSite
@@ -77,9 +77,5 @@ def count_cores() -> int:
 
 def local_node(template: NodeSpec) -> NodeSpec:
     """This machine as one node: every core we may run on, every GPU we can see."""
-    return template.model_copy(update={
-        "sockets": 1,
-        "cores_per_socket": count_cores(),
-        "threads_per_core": 1,
-        "gpus_per_socket": count_gpus(),
-    })
+    return replace(template, sockets=1, cores_per_socket=count_cores(), threads_per_core=1,
+                   gpus_per_socket=count_gpus())

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import glob
+import re
 from functools import lru_cache
 import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import yaml
-from pydantic import ValidationError
+import msgspec
 
 from ..errors import WmlError
 from .schema import SiteProfile
@@ -22,7 +23,7 @@ class SiteFileError(WmlError):
 
 
 def _line_of(node: Optional[yaml.Node], loc: Sequence[Any]) -> Optional[int]:
-    """Follow ``loc`` (a pydantic error location) through the composed YAML; return the
+    """Follow ``loc`` (keys and list indexes) through the composed YAML; return the
     1-based line of the deepest node found."""
     line = node.start_mark.line + 1 if node is not None else None
     for key in loc:
@@ -42,16 +43,22 @@ def _line_of(node: Optional[yaml.Node], loc: Sequence[Any]) -> Optional[int]:
     return line
 
 
-def _format_validation(path: Path, root: Optional[yaml.Node], err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = [p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-after"))]
-    key = ".".join(str(p) for p in loc) or "(top level)"
-    line = _line_of(root, loc)
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"unknown field `(?P<key>[^`]+)`")
+
+
+def _format_validation(path: Path, root: Optional[yaml.Node], err: msgspec.ValidationError) -> str:
+    m = _AT.match(str(err))
+    msg, raw = m.group("msg"), m.group("path") or ""
+    loc: list[Any] = []
+    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", raw):  # `$.queues.batch.walltime_bins[0]`
+        loc.append(key if key else int(index))
+    unknown = _UNKNOWN.search(msg)
+    if unknown:
+        loc.append(unknown.group("key"))
         msg = "unknown key"
-    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{path}:{line}: {key}: {msg}{more}"
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    return f"{path}:{_line_of(root, loc)}: {key}: {msg}"
 
 
 def load_site_file(path: str | os.PathLike) -> SiteProfile:
@@ -84,8 +91,8 @@ def _load(p: Path, _mtime_ns: int, _size: int) -> SiteProfile:
     if not isinstance(data, dict):
         raise SiteFileError(f"{p}:1: a site file must be a mapping of keys (name, scheduler, node, ...)")
     try:
-        profile = SiteProfile.model_validate(data)
-    except ValidationError as e:
+        profile = msgspec.convert(data, SiteProfile)
+    except msgspec.ValidationError as e:
         raise SiteFileError(_format_validation(p, root, e)) from None
     return profile
 

@@ -11,7 +11,7 @@ from ..errors import WmlError
 from ..resources_data import data_dir
 from .detect import local_node
 from .loader import load_site_file, site_files
-from .schema import SiteProfile
+from .schema import SiteProfile, replace
 
 DEFAULT_SITE = "local"
 
@@ -44,7 +44,7 @@ def known_sites(env: Mapping[str, str] = os.environ) -> Dict[str, KnownSite]:
 def _finish(profile: SiteProfile) -> SiteProfile:
     """Fill in what is detected at load time (the local site's cores and GPUs)."""
     if profile.node.detect:
-        return profile.model_copy(update={"node": local_node(profile.node)})
+        return replace(profile, node=local_node(profile.node))
     return profile
 
 
