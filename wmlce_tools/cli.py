@@ -26,9 +26,12 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+from .env.cli import env_app, module_app  # noqa: E402
 from .site.cli import app as site_app  # noqa: E402
 
 app.add_typer(site_app, name="site")
+app.add_typer(env_app, name="env")
+app.add_typer(module_app, name="module")
 
 PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
                    "help_option_names": ["-h", "--help"]}
