@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,19 @@ def _check_parent(target: Path) -> list[Path]:
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise WmlError(f"cannot create {target}: {target.parent} is not writable")
     return created
+
+
+def remove_settled(path: Path, quiet_s: float = 0.3, attempts: int = 20) -> None:
+    """Remove ``path`` and make sure it stays gone.
+
+    When rattler's install() raises, link tasks it had already spawned may still write
+    (conda-meta records) for a moment; a single rmtree can lose that race.
+    """
+    for _ in range(attempts):
+        shutil.rmtree(path, ignore_errors=True)
+        time.sleep(quiet_s)
+        if not os.path.lexists(path):
+            return
 
 
 class _Terminated(BaseException):
@@ -118,7 +132,7 @@ def staged_directory(target: Path, force: bool = False) -> Iterator[Path]:
         raise WmlError(f"interrupted: {target} was not created") from None
     finally:
         if not ok:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_settled(staging)
             for c in reversed(created):
                 with contextlib.suppress(OSError):
                     c.rmdir()
