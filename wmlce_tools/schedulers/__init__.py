@@ -5,9 +5,39 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
 
 from ..errors import WmlError
+
+if TYPE_CHECKING:  # the registry's state set; imported lazily so `wml render` stays light
+    from ..jobs.states import JobState
+
+#: what a status query learned: (state, exit code when the job has ended and it is known)
+Status = Tuple["JobState", Optional[int]]
+#: ``parse(stdout, stderr, returncode)``; None: this source does not know the job (ask the next)
+StatusParser = Callable[[str, str, int], Optional[Status]]
+
+#: outcomes of a cancel request
+CANCEL_REQUESTED = "requested"     # the scheduler accepted it (the job ends soon)
+CANCEL_FINISHED = "finished"       # the job had already ended
+CANCEL_UNKNOWN = "unknown"         # the scheduler does not know the job
+
+
+class StatusQuery(NamedTuple):
+    """One command that may know a job's state, and how to read its reply."""
+
+    argv: List[str]
+    parse: StatusParser
+
+
+class SchedulerError(WmlError):
+    """The scheduler's command failed for a reason other than "no such job" (controller down,
+    permission, ...): the message names the command and quotes its reply."""
+
+
+def tool_failure(argv: List[str], stdout: str, stderr: str, returncode: int) -> SchedulerError:
+    msg = " ".join((stderr or stdout).split())[:300] or f"exit status {returncode}"
+    return SchedulerError(f"{argv[0]} failed: {msg}")
 
 
 class Scheduler(abc.ABC):
@@ -40,6 +70,36 @@ class Scheduler(abc.ABC):
     def expand_output(self, pattern: str, job_id: str) -> str:
         """An output path pattern with this job's id filled in (to find the logs later)."""
         return pattern
+
+    # -- job lifecycle ------------------------------------------------------------------
+    #: commands that ask for status / cancel (checked on PATH before running them)
+    status_tools: Tuple[str, ...] = ()
+
+    def status_argv(self, job_id: str) -> List[str]:
+        """The first command to ask for ``job_id``'s state."""
+        return self.status_queries(job_id)[0].argv
+
+    def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0) -> Optional[Status]:
+        """Reads ``status_argv``'s reply: (state, exit code or None), or None when that
+        command does not know the job (finished and gone, or never existed)."""
+        raise NotImplementedError
+
+    def status_queries(self, job_id: str) -> List[StatusQuery]:
+        """Commands to ask, in order, until one knows the job (live queue first, then the
+        scheduler's memory of finished jobs, then accounting)."""
+        return []
+
+    def status_from_files(self, output: str, error: str, jobdir: Optional[Path], job_id: str) -> Optional[Status]:
+        """Final state read from what the scheduler writes into the job's files, for jobs
+        the scheduler has forgotten (LSF's job report, Cobalt's .cobaltlog)."""
+        return None
+
+    def cancel_argv(self, job_id: str) -> List[str]:
+        raise WmlError(f"the {self.name} scheduler has no cancel command")
+
+    def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
+        """CANCEL_REQUESTED, CANCEL_FINISHED or CANCEL_UNKNOWN; SchedulerError otherwise."""
+        raise NotImplementedError
 
 
 _REGISTRY: Dict[str, Type[Scheduler]] = {}

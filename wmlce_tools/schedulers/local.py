@@ -1,5 +1,7 @@
 """No scheduler: the job script runs now on this machine (``bash script``), its output
-streamed to the terminal and kept in the job directory."""
+streamed to the terminal and kept in the job directory.  The job has ended by the time
+``wml submit`` returns, so it is recorded with its final state: there is nothing to ask
+for status and nothing to cancel."""
 from __future__ import annotations
 
 from pathlib import Path

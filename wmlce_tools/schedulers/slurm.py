@@ -1,15 +1,66 @@
 """Slurm: ``sbatch --parsable script`` prints ``<id>[;cluster]``; a plain ``sbatch`` replies
 ``Submitted batch job <id>``; ``salloc`` for an interactive allocation.  Directives as in
-sbatch(1)."""
+sbatch(1).
+
+Status, in order: ``squeue -h -j ID -o %T`` (queued and running jobs; a finished job gives
+no line, a forgotten one ``Invalid job id specified``), then ``scontrol show job -o ID``
+(JobState and ExitCode of jobs that ended less than MinJobAge ago), then ``sacct`` (slurmdbd
+accounting) or, where accounting storage is disabled, ``sacct -c`` (the jobcomp/filetxt
+completion file).  ExitCode is ``<status>:<signal>``; a signal N reads as exit code 128+N.
+Cancel: ``scancel ID`` (silent on success)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 from ..errors import WmlError
-from . import Scheduler, register
+from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Scheduler, StatusQuery,
+               register, tool_failure)
 
 _REPLY = re.compile(r"(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
+_INVALID_JOB = re.compile(r"Invalid job id", re.I)
+_NO_ACCOUNTING = re.compile(r"accounting storage is disabled|slurmdbd|accounting_storage/none", re.I)
+_ALREADY_DONE = re.compile(r"already completing or completed|job has already finished", re.I)
+_EXIT = re.compile(r"^(\d+):(\d+)$")
+
+#: every Slurm job state (squeue(1) "JOB STATE CODES") -> wml's state name
+STATES = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING", "RESV_DEL_HOLD": "PENDING", "SPECIAL_EXIT": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
+    "RESIZING": "RUNNING", "SUSPENDED": "RUNNING", "STOPPED": "RUNNING", "POWER_UP_NODE": "PENDING",
+    "UPDATE_DB": "RUNNING",
+    "COMPLETED": "COMPLETED",
+    "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
+    "PREEMPTED": "FAILED", "REVOKED": "FAILED",
+    "CANCELLED": "CANCELLED",
+    "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
+}
+
+
+def map_state(text: str):
+    """A Slurm state word (``CANCELLED by 0``, ``COMPLETED+`` allowed) -> JobState."""
+    from ..jobs.states import JobState
+
+    word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
+    return JobState[STATES[word]] if word in STATES else JobState.UNKNOWN
+
+
+def parse_exit_code(text: str):
+    """``3:0`` -> 3; ``0:11`` (killed by signal 11) -> 139; anything else -> None."""
+    m = _EXIT.match(text.strip())
+    if not m:
+        return None
+    status, signal = int(m.group(1)), int(m.group(2))
+    return 128 + signal if status == 0 and signal else status
+
+
+def _final(state, code):
+    from ..jobs.states import JobState
+
+    if state in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN):
+        return state, None
+    return state, code
 
 
 @register
@@ -37,3 +88,84 @@ class Slurm(Scheduler):
 
     def expand_output(self, pattern: str, job_id: str) -> str:
         return pattern.replace("%j", job_id)
+
+    # -- status -------------------------------------------------------------------------
+    status_tools = ("squeue", "scontrol", "sacct")
+
+    def status_queries(self, job_id: str):
+        return [
+            StatusQuery(["squeue", "-h", "-j", job_id, "-o", "%T"], self.parse_status),
+            StatusQuery(["scontrol", "show", "job", "-o", job_id], self.parse_scontrol),
+            StatusQuery(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"],
+                        self._sacct_parser(job_id)),
+            # the completion file: only where there is no accounting, and it may not exist
+            StatusQuery(["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"],
+                        self._sacct_parser(job_id, tolerant=True)),
+        ]
+
+    def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
+        """``squeue -h -j ID -o %T``: one state word while the job is queued or running."""
+        if returncode != 0:
+            if _INVALID_JOB.search(stderr + stdout):
+                return None
+            raise tool_failure(["squeue"], stdout, stderr, returncode)
+        words = stdout.split()
+        if not words:
+            return None   # finished: squeue shows only live jobs
+        return map_state(words[0]), None
+
+    def parse_scontrol(self, stdout: str, stderr: str = "", returncode: int = 0):
+        """``scontrol show job -o ID``: ``JobState=FAILED ... ExitCode=3:0 ...``."""
+        if returncode != 0:
+            if _INVALID_JOB.search(stderr + stdout):
+                return None
+            raise tool_failure(["scontrol"], stdout, stderr, returncode)
+        fields = {}
+        for tok in stdout.split():
+            k, sep, v = tok.partition("=")
+            if sep and k not in fields:
+                fields[k] = v
+        if "JobState" not in fields:
+            return None
+        return _final(map_state(fields["JobState"]), parse_exit_code(fields.get("ExitCode", "")))
+
+    def parse_sacct(self, stdout: str, stderr: str = "", returncode: int = 0, job_id: str = ""):
+        """``sacct [-c] -n -P [-X] -j ID -o JobID,State,ExitCode``: ``ID|FAILED|3:0``; the
+        allocation's line (JobID without a step suffix) when there are several."""
+        if returncode != 0:
+            if _NO_ACCOUNTING.search(stderr + stdout) or _INVALID_JOB.search(stderr + stdout):
+                return None
+            raise tool_failure(["sacct"], stdout, stderr, returncode)
+        rows = [ln.split("|") for ln in stdout.splitlines() if ln.count("|") >= 2]
+        if job_id:
+            rows = [r for r in rows if r[0].strip() == job_id] or rows
+        rows = [r for r in rows if "." not in r[0]] or rows
+        if not rows:
+            return None
+        # a requeued job has several records: the last one is the latest
+        row = rows[-1]
+        return _final(map_state(row[1]), parse_exit_code(row[2]))
+
+    def _sacct_parser(self, job_id: str, tolerant: bool = False):
+        def parse(out: str, err: str = "", rc: int = 0):
+            if tolerant and rc != 0:
+                return None
+            return self.parse_sacct(out, err, rc, job_id=job_id)
+        return parse
+
+    # -- cancel -------------------------------------------------------------------------
+    def cancel_argv(self, job_id: str):
+        return ["scancel", job_id]
+
+    def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
+        """scancel is silent when it sends the signal (and, in recent versions, also for a job
+        that has already ended); it says ``Invalid job id specified`` for one it never knew
+        or has forgotten."""
+        text = stderr + stdout
+        if _ALREADY_DONE.search(text):
+            return CANCEL_FINISHED
+        if _INVALID_JOB.search(text):
+            return CANCEL_UNKNOWN
+        if returncode != 0:
+            raise tool_failure(["scancel"], stdout, stderr, returncode)
+        return CANCEL_REQUESTED
