@@ -174,3 +174,44 @@ def test_submit_parses_the_reply_and_reports_json(run_wml, prog, tmp_path):
     env = _fake_tool(tmp_path, "qsub", 'test -x "$1" || exit 4\necho 123456\n')
     info = json.loads(run_wml("submit", "--json", "--site", "theta", "-N", "128", str(prog), env=env).stdout)
     assert info["job_id"] == "123456"
+
+
+def test_submit_env_activates_a_created_env_in_the_job(run_wml, tmp_path):
+    """--env puts the env's bin first on PATH: the job's `python` is the env's."""
+    import sys
+    prefix = tmp_path / "envs" / "myenv"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "history").write_text("")
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    (prefix / "etc" / "conda" / "activate.d").mkdir(parents=True)
+    (prefix / "etc" / "conda" / "activate.d" / "x.sh").write_text("export FROM_ACTIVATE_D=yes\n")
+    prog = tmp_path / "show.py"
+    prog.write_text("import os, sys\nprint('PREFIX', os.environ['CONDA_PREFIX'], os.environ['FROM_ACTIVATE_D'], sys.argv[1:])\n")
+    rendered = run_wml("render", "--env", str(prefix), str(prog)).stdout
+    assert f"export CONDA_PREFIX={prefix}" in rendered and f"-- python {prog}" in rendered
+    proc = run_wml("submit", "--env", str(prefix), str(prog), "a b", timeout=180)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert f"PREFIX {prefix} yes ['a b']" in proc.stdout
+    one_line_error(run_wml("render", "--env", "no-such-env-xyz", str(prog)), "no-such-env-xyz")
+
+
+def test_local_submit_runs_now_streams_output_and_returns_the_exit_status(run_wml, tmp_path, isolated_env):
+    prog = tmp_path / "job.py"
+    prog.write_text(textwrap.dedent("""\
+        import os, sys
+        rank = int(os.environ.get("RANK", "-1"))
+        print("hello from rank", rank, "of", os.environ.get("WORLD_SIZE"), "local", os.environ.get("LOCAL_RANK"), flush=True)
+        sys.exit(int(sys.argv[1]) if rank == 1 else 0)
+        """))
+    proc = run_wml("submit", "--nodes", "2", "--json", str(prog), "0", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    log = Path(info["output"]).read_text()
+    for r in (0, 1):
+        assert f"hello from rank {r} of 2 local 0" in log
+        assert f"hello from rank {r} of 2 local 0" in proc.stderr  # streamed while running
+    assert info["exit_code"] == 0 and info["job_id"].startswith("local-")
+    proc = run_wml("submit", "--nodes", "2", str(prog), "3", timeout=180)
+    assert proc.returncode == 3
+    assert "finished with exit status 3" in proc.stderr
