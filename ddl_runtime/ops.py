@@ -17,7 +17,7 @@ from mpi4py import MPI
 from . import runtime as _rt
 from .algorithms import split_counts
 from .buffers import FLOAT_DTYPES, TensorRef, as_tensor, new_like
-from .engine import plan_buckets
+from .fusion import plan_buckets
 from .errors import DDLError, DDLInputError
 from .signature import agreed, agreement_buffer, raise_mismatch
 from .timeline import TID_MPI

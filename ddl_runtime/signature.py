@@ -45,7 +45,7 @@ def describe_mismatch(what: str, signatures: Sequence[Signature]) -> str:
     ops = _group([s[0] for s in signatures])
     if len(ops) > 1:
         return f"{what}: ranks call different collectives: " + "; ".join(
-            f"{_ranks(r)} {op}" for op, r in ops)
+            f"{_ranks(r)}: {_op(op)}" for op, r in ops)
     lists = [s[1] for s in signatures]
     lengths = _group([len(t) for t in lists])
     for i in range(max(len(t) for t in lists)):
@@ -53,10 +53,10 @@ def describe_mismatch(what: str, signatures: Sequence[Signature]) -> str:
         if len(entries) > 1:
             names = {e[0] for e, _ in entries if e is not None}
             label = f"tensor '{sorted(names)[0]}'" if len(names) == 1 else f"tensor #{i}"
-            sides = "; ".join(f"{_ranks(r)} {_entry(e)}" for e, r in entries)
+            sides = "; ".join(f"{_ranks(r)}: {_entry(e)}" for e, r in entries)
             extra = ""
             if len(lengths) > 1:
-                extra = " (list lengths: " + "; ".join(f"{_ranks(r)} {n}" for n, r in lengths) + ")"
+                extra = " (list lengths: " + "; ".join(f"{_ranks(r)}: {n}" for n, r in lengths) + ")"
             return f"{what}: {label} differs across ranks: {sides}{extra}"
     return f"{what}: ranks disagree on the collective's arguments"
 
@@ -65,11 +65,15 @@ def raise_mismatch(what: str, signatures: Sequence[Signature]) -> None:
     raise DDLMismatchError(describe_mismatch(what, signatures))
 
 
+def _op(op: tuple) -> str:
+    return f"{op[0]}({', '.join(map(repr, op[1:]))})"
+
+
 def _entry(entry) -> str:
     if entry is None:
-        return "have no tensor there"
+        return "no tensor"
     name, dtype, shape = entry
-    return f"have '{name}' {dtype}{list(shape)}"
+    return f"'{name}' {dtype}{list(shape)}"
 
 
 def _group(values: List) -> List[Tuple[object, List[int]]]:

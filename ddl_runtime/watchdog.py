@@ -71,7 +71,7 @@ class Watchdog:
             for rank, finished in self.exited.items():
                 if finished < self.seq:
                     self.abort(
-                        f"rank {rank} finalized after {finished} collectives while this rank waits in "
+                        f"rank {rank} left (finalize or exit) after {finished} collectives while this rank waits in "
                         f"{self.what} (collective #{self.seq}); rank {rank} will never join it"
                     )
         threshold = self.warning_s if self.shutdown_s is None else min(self.warning_s, self.shutdown_s)

@@ -1,0 +1,63 @@
+"""Helpers for ddl_runtime tests: real MPI jobs launched with mpiexec (pip's MPICH)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "mpi_scripts"
+
+
+@dataclass
+class MpiResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def lines(self, prefix: str) -> list:
+        return [line for line in self.stdout.splitlines() if line.startswith(prefix)]
+
+    def json_lines(self, prefix: str) -> list:
+        return [json.loads(line[len(prefix):]) for line in self.lines(prefix)]
+
+    def topologies(self) -> list:
+        (summary,) = self.json_lines("SUMMARY ")
+        return summary
+
+    def assert_all_ok(self, n: int) -> None:
+        """check_collectives.py's verdict: exit 0, a summary from all n ranks, no failures."""
+        summaries = self.json_lines("SUMMARY ")
+        assert len(summaries) == 1, self.stdout[-3000:] + self.stderr[-3000:]
+        ranks = summaries[0]
+        assert sorted(t["rank"] for t in ranks) == list(range(n))
+        failures = [f"rank {t['rank']}: {f}" for t in ranks for f in t["failures"]]
+        assert not failures, "\n".join(failures[:50])
+        assert self.returncode == 0, self.stderr[-3000:]
+
+
+def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90) -> MpiResult:
+    """Run mpi_scripts/<script> on n ranks; DDL_* variables come only from `env`."""
+    mpiexec = shutil.which("mpiexec")
+    assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DDL_")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    environment.update(env or {})
+    cmd = [mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
+    return MpiResult(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+@pytest.fixture
+def run_mpi():
+    return mpirun

@@ -1,0 +1,43 @@
+"""The hierarchical (topology-aware) algorithm: 4 ranks as 2 emulated nodes x 2 ranks, and more levels."""
+import json
+
+import pytest
+
+
+
+@pytest.mark.parametrize("env", [
+    {"DDL_EMULATE_NODES": "2"},
+    {"DDL_OPTIONS": "-mode p:2x2x1x1", "DDL_FUSION_MB": "0.5"},
+], ids=["emulate-2-nodes", "mode-p2x2x1x1"])
+def test_two_nodes_of_two(run_mpi, env, tmp_path):
+    env = dict(env, DDL_TIMELINE=str(tmp_path / "trace.json"))
+    result = run_mpi(4, "check_collectives.py", "quick", env=env)
+    result.assert_all_ok(4)
+    by_rank = {t["rank"]: t for t in result.topologies()}
+    for r in range(4):
+        t = by_rank[r]
+        assert t["algorithm"] == "hierarchical"
+        assert (t["local_rank"], t["local_size"], t["cross_rank"], t["cross_size"]) == (r % 2, 2, r // 2, 2)
+        assert t["info"] == [r, 4, r % 2, 2, None]
+    # the reductions really ran the hierarchical chain (and the mpi=True ones the flat baseline)
+    events = json.loads((tmp_path / "trace.rank0.json").read_text())
+    algorithms = {e["args"]["algorithm"] for e in events if e.get("name") == "ALLREDUCE"}
+    assert algorithms == {"hierarchical", "flat"}
+
+
+def test_three_level_mode_rack_and_aisle(run_mpi):
+    """p:1x2x2x1: one rank per node, so the chain is reduce-scatter in the rack, allreduce across aisles' racks."""
+    result = run_mpi(4, "check_collectives.py", "quick", env={"DDL_OPTIONS": "-mode p:1x2x2x1"})
+    result.assert_all_ok(4)
+    for t in result.topologies():
+        assert t["algorithm"] == "hierarchical"
+        assert (t["local_size"], t["cross_size"]) == (1, 4)
+
+
+def test_mode_beats_emulate_nodes(run_mpi):
+    """Precedence: the mode string (4 ranks per node: flat) wins over DDL_EMULATE_NODES=2."""
+    result = run_mpi(4, "check_collectives.py", "quick",
+                     env={"DDL_OPTIONS": "-mode p:4", "DDL_EMULATE_NODES": "2"})
+    result.assert_all_ok(4)
+    for t in result.topologies():
+        assert (t["local_size"], t["cross_size"], t["algorithm"], t["source"]) == (4, 1, "flat", "mode")
