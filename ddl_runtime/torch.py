@@ -70,6 +70,8 @@ __all__ = [
 ]
 
 _DEFAULT_BUCKET_MB = 4.0
+# dtypes the runtime moves as they are
+_WIRE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +215,7 @@ def _check_consistent(what: str, names: Sequence[str], descs: Sequence[str]) -> 
     if bad.size == 0:
         return
     i = int(bad[0])
-    texts = _gather_strings(f"{names[i]}: {descs[i]}")
+    texts = _gather_strings(descs[i])
     per_rank = "; ".join(f"rank {r}: {t}" for r, t in enumerate(texts))
     raise _MismatchError(
         f"{what} {names[i]!r} differs across ranks ({per_rank})"
@@ -289,8 +291,13 @@ def broadcast_parameters(params: Any, root_rank: int = 0) -> None:
             flat = torch.cat([t.detach().reshape(-1).cpu() for t in tensors]) if tensors else None
             if flat is None or flat.numel() == 0:
                 continue
-            if dtype == torch.bool:
-                flat = flat.to(torch.uint8)
+            if dtype not in _WIRE_DTYPES:
+                if dtype.is_floating_point or dtype.is_complex:
+                    raise _InputError(
+                        f"broadcast_parameters: dtype {dtype} is not supported "
+                        f"(first tensor of that dtype: {next(n for n, t in items if t.dtype == dtype)!r})"
+                    )
+                flat = flat.to(torch.int64)  # bool and small integers travel exactly as int64
             result = _ddl.bcast(flat, root=root_rank)
             if result is not None and result is not flat:
                 flat = _as_tensor_result(result, flat)
@@ -301,23 +308,29 @@ def broadcast_parameters(params: Any, root_rank: int = 0) -> None:
                 offset += n
 
 
-def _optimizer_signature(optimizer: torch.optim.Optimizer,
-                         names: Optional[Dict[torch.Tensor, str]] = None) -> Tuple[List[str], List[str]]:
-    """(item names, descriptions) of an optimizer's parameter groups, for _check_consistent."""
+def _check_optimizer_consistent(optimizer: torch.optim.Optimizer,
+                                names: Optional[Dict[torch.Tensor, str]] = None,
+                                options: bool = True) -> None:
+    """Compare an optimizer's param groups (count, sizes, options) and parameters across ranks."""
+    groups = optimizer.param_groups
+    _check_consistent(
+        "optimizer param group",
+        [f"param_groups[{g}]" for g in range(len(groups))],
+        [f"{len(group['params'])} parameters, options {sorted(k for k in group if k != 'params')}"
+         for group in groups],
+    )
+    if options:
+        keys = [(g, k) for g, group in enumerate(groups) for k in sorted(group) if k != "params"]
+        _check_consistent("optimizer option", [f"param_groups[{g}].{k}" for g, k in keys],
+                          [repr(groups[g][k]) for g, k in keys])
     item_names: List[str] = []
     descs: List[str] = []
-    for g, group in enumerate(optimizer.param_groups):
-        opts = {k: v for k, v in group.items() if k != "params"}
-        item_names.append(f"param_groups[{g}]")
-        descs.append(
-            f"{len(group['params'])} params, options "
-            + ", ".join(f"{k}={opts[k]!r}" for k in sorted(opts))
-        )
+    for g, group in enumerate(groups):
         for i, p in enumerate(group["params"]):
             label = names.get(p) if names else None
             item_names.append(label or f"param_groups[{g}].params[{i}]")
             descs.append(f"group {g}, {_describe(p)}, requires_grad={p.requires_grad}")
-    return item_names, descs
+    _check_consistent("optimizer parameter", item_names, descs)
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> None:
@@ -333,39 +346,20 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
         raise _InputError(
             f"broadcast_optimizer_state: optimizer is a {type(optimizer).__name__}, not a torch.optim.Optimizer"
         )
-    # Compare group structure only (options such as lr may legitimately differ before the
-    # broadcast, e.g. when only the root loaded a checkpoint).
-    names, descs = [], []
-    for g, group in enumerate(inner.param_groups):
-        names.append(f"param_groups[{g}]")
-        descs.append(f"{len(group['params'])} params, option keys {sorted(k for k in group if k != 'params')}")
-        for i, p in enumerate(group["params"]):
-            names.append(f"param_groups[{g}].params[{i}]")
-            descs.append(_describe(p))
-    _check_consistent("optimizer", names, descs)
+    # Compare the group structure only: options such as lr may legitimately differ before
+    # the broadcast (e.g. when only the root loaded a checkpoint); the broadcast sets them.
+    _check_optimizer_consistent(inner, options=False)
     if size() == 1:
         return
+    payload = None
     if rank() == root_rank:
         buf = io.BytesIO()
         torch.save(inner.state_dict(), buf)
-        payload = np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
-        length = np.array([payload.size], dtype=np.int64)
-    else:
-        payload = None
-        length = np.zeros(1, dtype=np.int64)
-    length = np.asarray(_bcast_np(length, root_rank), dtype=np.int64)
-    n = int(length[0])
-    if payload is None:
-        payload = np.zeros(n, dtype=np.uint8)
-    payload = np.asarray(_bcast_np(payload, root_rank), dtype=np.uint8)
+        payload = buf.getvalue()
+    payload = _ddl.bcast_object(payload, root=root_rank)
     if rank() != root_rank:
-        state = torch.load(io.BytesIO(payload.tobytes()), weights_only=False)
+        state = torch.load(io.BytesIO(payload), weights_only=False)
         inner.load_state_dict(state)
-
-
-def _bcast_np(arr: np.ndarray, root_rank: int) -> np.ndarray:
-    result = _ddl.bcast(arr, root=root_rank)
-    return arr if result is None else result
 
 
 # --------------------------------------------------------------------------------------------
@@ -550,8 +544,7 @@ class _DistributedOptimizerMixin:
         self._ddl_names = names
 
         # Every rank must optimize the same parameters with the same groups and options.
-        item_names, descs = _optimizer_signature(self, names)
-        _check_consistent("optimizer parameter", item_names, descs)
+        _check_optimizer_consistent(self, names)
 
         # Buckets: gradients arrive roughly in reverse order of the parameters, so fill buckets
         # from the back. Buckets are fixed here, identical on all ranks, and launched strictly in
@@ -601,6 +594,13 @@ class _DistributedOptimizerMixin:
                 bucket = self._ddl_bucket_of[p]
                 bucket.ready += 1
                 self._ddl_launch_ready()
+            if self._ddl_next:
+                # Drive the reductions already started while backward computes the rest (the
+                # runtime progresses its requests whenever it is called).
+                handle = self._ddl_buckets[self._ddl_next - 1].handle
+                done = getattr(handle, "done", None)
+                if done is not None:
+                    done()
         return hook
 
     def _ddl_launch_ready(self) -> None:

@@ -1,0 +1,305 @@
+"""Keras 3 integration (``KERAS_BACKEND=torch``): WML CE DDL's two callbacks, and more.
+
+Written the way the WML CE tf.keras examples used DDL::
+
+    import ddl                                   # or: import ddl_runtime.keras as ddl
+    x_train = np.array_split(x_train, ddl.size())[ddl.rank()]
+    model.compile(optimizer=keras.optimizers.Adadelta(learning_rate=1.0 * ddl.size()), ...)
+    callbacks = [ddl.DDLCallback(), ..., ddl.DDLGlobalVariablesCallback()]
+    model.fit(x_train, y_train, callbacks=callbacks, verbose=1 if ddl.rank() == 0 else 0)
+
+- :class:`DDLCallback` (first in the list): makes the compiled optimizer average gradients over
+  all ranks (unless it already does), checks that every rank runs the same number of steps per
+  epoch, and replaces the epoch's metrics (``logs``) with their mean over ranks, so History,
+  the progress bar and later callbacks see global figures.
+- :class:`DDLGlobalVariablesCallback` (last in the list): broadcasts rank 0's weights (and
+  optimizer variables) when training starts, after the other callbacks had their say (a
+  checkpoint restored on rank 0 reaches every rank).
+- :func:`DistributedOptimizer`: the gradient averaging itself, for use without the callbacks.
+
+Needs the torch backend: importing this module sets ``KERAS_BACKEND=torch`` when Keras has not
+been imported yet and the variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import keras  # noqa: E402
+
+import ddl_runtime as _ddl  # noqa: E402
+from ddl_runtime.errors import DDLError  # noqa: E402
+from ddl_runtime.torch import (  # noqa: E402
+    _InputError,
+    _MismatchError,
+    _as_tensor_result,
+    _check_consistent,
+    _gather_rows,
+    init,
+    is_root,
+    rank,
+    scale_lr,
+    size,
+)
+
+__all__ = [
+    "init",
+    "rank",
+    "size",
+    "is_root",
+    "scale_lr",
+    "DDLCallback",
+    "DDLGlobalVariablesCallback",
+    "DistributedOptimizer",
+    "broadcast_variables",
+    "weights_max_divergence",
+]
+
+
+def _require_torch_backend() -> None:
+    backend = keras.backend.backend()
+    if backend != "torch":
+        raise DDLError(
+            f"ddl_runtime.keras needs the torch Keras backend, but KERAS_BACKEND is {backend!r}: "
+            f"set KERAS_BACKEND=torch before Keras is imported"
+        )
+
+
+def _var_name(v: Any, i: int) -> str:
+    return str(getattr(v, "path", None) or getattr(v, "name", None) or f"variable[{i}]")
+
+
+def _describe_var(v: Any) -> str:
+    return f"shape {tuple(v.shape)} dtype {v.dtype}"
+
+
+# --------------------------------------------------------------------------------------------
+# broadcasting variables
+
+
+def broadcast_variables(variables: Sequence[Any], root_rank: int = 0, what: str = "variable") -> None:
+    """Assign the root's values to ``variables`` (Keras variables) on every rank.
+
+    Paths, shapes and dtypes are compared across ranks first; a mismatch raises a DDLError
+    naming the variable on every rank.  One broadcast per dtype.
+    """
+    _require_torch_backend()
+    init()
+    variables = list(variables)
+    _check_consistent(what, [_var_name(v, i) for i, v in enumerate(variables)],
+                      [_describe_var(v) for v in variables])
+    if size() == 1 or not variables:
+        return
+    by_dtype: Dict[str, List[Any]] = {}
+    for v in variables:
+        by_dtype.setdefault(str(v.dtype), []).append(v)
+    for dtype in sorted(by_dtype):
+        group = by_dtype[dtype]
+        values = [torch.as_tensor(keras.ops.convert_to_numpy(v.value)).reshape(-1) for v in group]
+        flat = torch.cat(values).contiguous()
+        if flat.numel() == 0:
+            continue
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
+        result = _ddl.bcast(flat, root=root_rank)
+        if result is not None and result is not flat:
+            flat = _as_tensor_result(result, flat)
+        offset = 0
+        for v in group:
+            n = int(np.prod(v.shape)) if len(v.shape) else 1
+            v.assign(flat[offset:offset + n].reshape(tuple(v.shape)).numpy().astype(v.dtype))
+            offset += n
+
+
+def weights_max_divergence(model: "keras.Model") -> float:
+    """Largest element-wise difference of the model's weights between any two ranks (0.0 = identical)."""
+    _require_torch_backend()
+    init()
+    weights = list(model.weights)
+    _check_consistent("variable", [_var_name(v, i) for i, v in enumerate(weights)],
+                      [_describe_var(v) for v in weights])
+    if size() == 1 or not weights:
+        return 0.0
+    flat = np.concatenate([np.asarray(keras.ops.convert_to_numpy(v.value), dtype=np.float64).reshape(-1)
+                           for v in weights])
+    hi = np.asarray(_ddl.allreduce(flat.copy(), op="max"))
+    lo = np.asarray(_ddl.allreduce(flat.copy(), op="min"))
+    diff = hi - lo
+    return float(diff.max()) if diff.size else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# gradient averaging
+
+
+class _DistributedKerasOptimizer:
+    """Mixed into the optimizer's own class: ``apply`` averages the gradients first."""
+
+    _ddl_op = "avg"
+    _ddl_checked = False
+
+    def apply(self, grads, trainable_variables=None):  # type: ignore[override]
+        grads = list(grads)
+        if size() > 1 and grads:
+            variables = list(trainable_variables) if trainable_variables is not None else list(
+                self._trainable_variables)
+            grads = _average_gradients(grads, variables, self._ddl_op, check=not self._ddl_checked)
+            self._ddl_checked = True
+        return super().apply(grads, trainable_variables)  # type: ignore[misc]
+
+
+def _average_gradients(grads: List[Any], variables: List[Any], op: str, check: bool) -> List[Any]:
+    names = [_var_name(v, i) for i, v in enumerate(variables)]
+    if len(names) != len(grads):
+        raise _InputError(f"DistributedOptimizer: {len(grads)} gradients for {len(names)} variables")
+    if check:  # once: every rank trains the same variables
+        _check_consistent("trainable variable", names, [_describe_var(v) for v in variables])
+    tensors: List[torch.Tensor] = []
+    present: List[bool] = []
+    for g, v in zip(grads, variables):
+        if g is None:
+            present.append(False)
+            tensors.append(torch.zeros(tuple(v.shape), dtype=torch.float32))
+        else:
+            t = g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
+            present.append(True)
+            tensors.append(t.contiguous())
+    dtype = next((t.dtype for t, p in zip(tensors, present) if p), torch.float32)
+    flags = torch.tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
+    out = _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
+    results = list(out) if out is not None else tensors + [flags]
+    reduced_flags = _as_tensor_result(results[-1], flags).to(torch.float64)
+    if op == "sum":
+        reduced_flags = reduced_flags / size()
+    averaged: List[Any] = []
+    problems = []
+    for i, (name, p) in enumerate(zip(names, present)):
+        frac = float(reduced_flags[i])
+        if frac < 0.5 / size():
+            averaged.append(None)  # no rank has it: Keras skips the variable
+        elif frac < 1.0 - 0.5 / size():
+            problems.append(name)
+            averaged.append(None)
+        else:
+            r = results[i]
+            averaged.append(r if isinstance(r, torch.Tensor) else _as_tensor_result(r, tensors[i]))
+    if problems:
+        raise _MismatchError(
+            f"DistributedOptimizer: gradient is None on some ranks only for variable {problems[0]!r}"
+            + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
+            + "; every rank must compute a gradient for the same variables"
+        )
+    return averaged
+
+
+def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", op: str = "avg") -> "keras.optimizers.Optimizer":
+    """Make a Keras optimizer average gradients over all ranks before every update.
+
+    Changes ``optimizer`` in place (its class becomes a subclass of its own class with the same
+    name, so saving a model still records the original optimizer) and returns it.
+    """
+    _require_torch_backend()
+    if op not in ("avg", "sum"):
+        raise _InputError(f"DistributedOptimizer: op={op!r}; expected 'avg' or 'sum'")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise _InputError(
+            f"DistributedOptimizer: optimizer is a {type(optimizer).__name__}, not a keras.optimizers.Optimizer"
+        )
+    init()
+    if not isinstance(optimizer, _DistributedKerasOptimizer):
+        base = optimizer.__class__
+        cls = type(base.__name__, (_DistributedKerasOptimizer, base), {})
+        cls.__module__ = base.__module__
+        cls.__qualname__ = base.__qualname__
+        optimizer.__class__ = cls
+    optimizer._ddl_op = op
+    return optimizer
+
+
+# --------------------------------------------------------------------------------------------
+# callbacks
+
+
+class DDLCallback(keras.callbacks.Callback):
+    """Keeps ranks in lock step and averages the epoch metrics over ranks.
+
+    Put it first in the callbacks list, so every later callback (History, the progress bar,
+    early stopping, checkpointing) sees the averaged metrics.
+    """
+
+    def __init__(self, op: str = "avg") -> None:
+        super().__init__()
+        _require_torch_backend()
+        init()
+        self.op = op
+
+    def on_train_begin(self, logs=None):
+        model = self.model
+        if model.optimizer is None:
+            raise _InputError("DDLCallback: the model has no optimizer; call model.compile(optimizer=...) first")
+        DistributedOptimizer(model.optimizer, op=self.op)
+        params = self.params or {}
+        steps, epochs = params.get("steps"), params.get("epochs")
+        if size() > 1:
+            # A rank with one batch more would wait forever in its extra allreduce: refuse it.
+            row = np.array([-1.0 if steps is None else float(steps),
+                            -1.0 if epochs is None else float(epochs)], dtype=np.float64)
+            table = _gather_rows(row)
+            for col, label in ((0, "steps per epoch"), (1, "epochs")):
+                values = table[:, col]
+                if (values != values[0]).any():
+                    per_rank = ", ".join(f"rank {r}: {'unknown' if v < 0 else int(v)}" for r, v in enumerate(values))
+                    hint = (": shard the data so that every rank has the same number of batches "
+                            "(np.array_split shards can differ by one sample; trim them to the shortest)"
+                            if col == 0 else "")
+                    raise _MismatchError(f"DDLCallback: ranks run different numbers of {label} ({per_rank}){hint}")
+
+    def _average_logs(self, logs) -> None:
+        if logs is None or size() == 1:
+            return
+        keys = sorted(k for k, v in logs.items() if _is_number(v))
+        _check_consistent("metric", keys, ["number"] * len(keys))
+        if not keys:
+            return
+        values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
+        avg = np.asarray(_ddl.allreduce(values, op="sum"), dtype=np.float64) / size()
+        for k, v in zip(keys, avg):
+            logs[k] = float(v)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average_logs(logs)
+
+    def on_test_end(self, logs=None):
+        self._average_logs(logs)
+
+
+class DDLGlobalVariablesCallback(keras.callbacks.Callback):
+    """Starts every rank from the root's weights. Put it last in the callbacks list."""
+
+    def __init__(self, root_rank: int = 0) -> None:
+        super().__init__()
+        _require_torch_backend()
+        init()
+        self.root_rank = root_rank
+
+    def on_train_begin(self, logs=None):
+        broadcast_variables(self.model.weights, root_rank=self.root_rank, what="model variable")
+        opt = self.model.optimizer
+        if opt is not None and getattr(opt, "built", False):
+            broadcast_variables(opt.variables, root_rank=self.root_rank, what="optimizer variable")
+
+
+def _is_number(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float, np.floating, np.integer)):
+        return True
+    if isinstance(v, (np.ndarray, torch.Tensor)) and getattr(v, "ndim", 1) == 0:
+        return True
+    return False
