@@ -4,8 +4,8 @@ report the first failing rank.
 The launcher runs in its own process group; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed
 on to it.  When every rank runs on this machine, each rank's shim writes its exit status into
 a private directory: once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish
-(a line says so) before the job is stopped, so a rank blocked in a collective with a dead
-peer cannot hang the job; ddlrun then exits with the first failing rank's status.  On several
+(a line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a
+rank blocked in a collective with a dead peer cannot hang the job; ddlrun then exits with the first failing rank's status.  On several
 hosts the launcher's own exit status is returned.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..quoting import sh_join
 from .plan import LaunchPlan
 
 FAIL_GRACE_S = 10.0
+GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
 KILL_AFTER_S = 10.0
 POLL_S = 0.2
 
@@ -72,7 +73,8 @@ def _placement_name(plan: LaunchPlan) -> str:
     return "erf" if plan.site.launcher == "jsrun" else "rankfile"
 
 
-def run(plan: LaunchPlan, err: TextIO = sys.stderr, verbose: bool = False) -> int:
+def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
+    grace = fail_grace_s()
     workdir = tempfile.mkdtemp(prefix="ddlrun-")
     try:
         rankfile = None
@@ -86,12 +88,27 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr, verbose: bool = False) -> in
         argv = plan.command(rankfile_path=rankfile, status_dir=status_dir)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, status_dir, err)
+        return _supervise(argv, status_dir, err, grace)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _supervise(argv: List[str], status_dir: Optional[str], err: TextIO) -> int:
+def fail_grace_s(env=os.environ) -> float:
+    from ..errors import WmlError
+
+    text = env.get(GRACE_VAR)
+    if not text:
+        return FAIL_GRACE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise WmlError(f"{GRACE_VAR}={text!r} must be a number of seconds >= 0")
+    return value
+
+
+def _supervise(argv: List[str], status_dir: Optional[str], err: TextIO, grace: float) -> int:
     try:
         proc = subprocess.Popen(argv, start_new_session=True)
     except OSError as e:
@@ -113,9 +130,9 @@ def _supervise(argv: List[str], status_dir: Optional[str], err: TextIO) -> int:
                 if first is not None:
                     failed_at = now
                     err.write(f"ddlrun: rank {first.rank} exited with status {first.code}; "
-                              f"stopping the other ranks in {FAIL_GRACE_S:.0f} s unless they finish\n")
+                              f"stopping the other ranks in {grace:g} s unless they finish\n")
                     err.flush()
-            if failed_at is not None and stop_sent is None and now - failed_at > FAIL_GRACE_S:
+            if failed_at is not None and stop_sent is None and now - failed_at > grace:
                 err.write("ddlrun: stopping the job (SIGTERM)\n")
                 err.flush()
                 _signal_group(proc, signal.SIGTERM)
