@@ -27,6 +27,7 @@ from .schedulers import Scheduler, get_scheduler
 from .site.schema import SiteProfile
 from .walltime import hhmm, hhmmss
 
+ERF_PLACEHOLDER = "<ERF written by ddlrun>"
 JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "local": "WML_JOB_ID"}
 
 
@@ -66,7 +67,13 @@ class JobPlan:
 
     @property
     def launcher_argv(self) -> List[str]:
-        ctx = LaunchContext(site=self.site, env=dict(self.exports),
+        # ddlrun writes a jsrun ERF when the resource-set flags cannot say the layout (ranks per
+        # node not a multiple of the sockets): show that here too, so the script's comment
+        # names the launch that really runs.
+        from .ddlrun.rankfile import needs_erf
+
+        erf = ERF_PLACEHOLDER if self.site.launcher == "jsrun" and needs_erf(self.layout) else None
+        ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf,
                             hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
         return launch_command(self.layout, ctx, self.program)
 
