@@ -1,0 +1,191 @@
+"""Real launches on this machine: pip's MPICH and Debian's Open MPI, 1-4 ranks, checking
+what every rank sees (rank, local rank, emulated node, GPUs of a fake-GPU site, torchrun
+variables), the [rank] output prefix, -x forwarding and the first failing rank's status."""
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddlrun_helpers import HERE, OPENMPI_ENV, openmpi_mpiexec
+
+SHOW = str(HERE / "programs" / "show_env.py")
+MPI_HELLO = str(HERE / "programs" / "mpi_hello.py")
+
+
+def _mpich():
+    path = shutil.which("mpiexec")
+    if path is None:
+        pytest.skip("pip's mpich is not installed (pip install mpich)")
+    return path
+
+
+@pytest.fixture(params=["mpich", "openmpi"])
+def mpi(request):
+    """(ddlrun arguments choosing the MPI, extra environment)."""
+    if request.param == "mpich":
+        return ["--mpiexec", _mpich()], {}
+    exe = openmpi_mpiexec()
+    if exe is None:
+        pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
+    return ["--mpiexec", exe], dict(OPENMPI_ENV, MPI4PY_MPIABI="openmpi")
+
+
+def _port_ok(ranks):
+    ports = {r["MASTER_PORT"] for r in ranks}
+    assert len(ports) == 1 and 20000 <= int(ports.pop()) < 60000
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_ranks_see_their_gpus_and_torchrun_variables(ddlrun, mpi, n):
+    args, env = mpi
+    r = ddlrun(*args, "--site", "fakegpu", "-n", str(n), "python", SHOW, "a b", env=env)
+    assert r.returncode == 0, r.stderr
+    ranks = r.ranks()
+    assert [int(x["RANK"]) for x in ranks] == list(range(n))
+    gpr = 4 // n
+    for x in ranks:
+        rank = int(x["RANK"])
+        assert x["LOCAL_RANK"] == str(rank) and x["GROUP_RANK"] == "0"
+        assert x["WORLD_SIZE"] == str(n) and x["LOCAL_WORLD_SIZE"] == str(n)
+        assert x["MASTER_ADDR"] == "localhost"
+        assert x["CUDA_VISIBLE_DEVICES"] == ",".join(str(rank * gpr + i) for i in range(gpr))
+        assert x["DDL_GPU_BINDING"] == "per-rank" and x["DDL_OPTIONS"] == f"-mode p:{n}x1x1x1"
+        assert "DDL_EMULATE_NODES" not in x
+        assert x["argv"] == ["a b"]
+    _port_ok(ranks)
+    env_lines = [l for l in r.stdout.splitlines() if "ENV " in l]
+    if n == 1:
+        assert all(l.startswith("ENV ") for l in env_lines)       # one rank: no prefix
+    else:
+        assert all(re.match(rf"^\[{x['RANK']}\] ENV ", l) for l, x in
+                   zip(sorted(env_lines), sorted(ranks, key=lambda x: x["RANK"])))
+    # the launch command is printed before it runs
+    assert r.stderr.splitlines()[0].startswith(f"ddlrun: {args[1]} -n {n}")
+
+
+def test_emulated_nodes(ddlrun, mpi):
+    args, env = mpi
+    r = ddlrun(*args, "--site", "fakegpu", "-n", "4", "--emulate-nodes", "2", "python", SHOW, env=env)
+    assert r.returncode == 0, r.stderr
+    ranks = r.ranks()
+    assert [(x["RANK"], x["LOCAL_RANK"], x["GROUP_RANK"], x["CUDA_VISIBLE_DEVICES"], x["DDL_LAYOUT_GPUS"])
+            for x in ranks] == [("0", "0", "0", "0", "0;1"), ("1", "1", "0", "1", "0;1"),
+                                ("2", "0", "1", "2", "2;3"), ("3", "1", "1", "3", "2;3")]
+    assert {x["DDL_EMULATE_NODES"] for x in ranks} == {"2"}
+    assert {x["DDL_OPTIONS"] for x in ranks} == {"-mode p:2x2x1x1"}
+    assert {x["LOCAL_WORLD_SIZE"] for x in ranks} == {"2"}
+
+
+def test_local_rank_binding_keeps_all_gpus_visible(ddlrun, mpi):
+    args, env = mpi
+    r = ddlrun(*args, "--site", "fakegpu-lr", "-n", "4", "--emulate-nodes", "2", "python", SHOW, env=env)
+    assert r.returncode == 0, r.stderr
+    for x in r.ranks():
+        assert "CUDA_VISIBLE_DEVICES" not in x
+        assert x["DDL_GPU_BINDING"] == "local-rank"
+        assert x["DDL_LAYOUT_GPUS"] == ("0;1" if x["GROUP_RANK"] == "0" else "2;3")
+
+
+def test_gpus_index_into_the_visible_devices(ddlrun):
+    r = ddlrun("--site", "fakegpu", "-n", "2", "python", SHOW, env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert r.returncode == 0, r.stderr
+    assert [x["CUDA_VISIBLE_DEVICES"] for x in r.ranks()] == ["4,5", "6,7"]
+
+
+def test_mpi_sees_the_same_ranks(ddlrun, mpi):
+    pytest.importorskip("mpi4py")
+    args, env = mpi
+    r = ddlrun(*args, "-n", "2", "python", MPI_HELLO, env=env)
+    assert r.returncode == 0, r.stderr
+    import json
+    seen = sorted((json.loads(l.split("MPI ", 1)[1]) for l in r.stdout.splitlines() if "MPI {" in l),
+                  key=lambda d: d["mpi_rank"])
+    assert [(d["mpi_rank"], d["mpi_size"], d["RANK"], d["sum"]) for d in seen] == [(0, 2, "0", 1), (1, 2, "1", 1)]
+    assert ("Open MPI" if "OMPI_ALLOW_RUN_AS_ROOT" in env else "MPICH") in seen[0]["library"]
+
+
+def test_openmpi_rankfile_pins_the_layout_cores(ddlrun):
+    pytest.importorskip("mpi4py")
+    exe = openmpi_mpiexec()
+    if exe is None:
+        pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
+    r = ddlrun("--mpiexec", exe, "-n", "1", "--cores-per-rank", "2", "python", MPI_HELLO,
+               env=dict(OPENMPI_ENV, MPI4PY_MPIABI="openmpi"))
+    assert r.returncode == 0, r.stderr
+    assert "--rankfile" in r.stderr.splitlines()[0]
+    assert '"cpus": [0, 1]' in r.stdout
+
+
+def test_forwarded_variables_and_no_prefix(ddlrun, mpi):
+    args, env = mpi
+    r = ddlrun(*args, "-n", "2", "-x", "MY_VAR=x y", "-x", "OTHER_VAR", "--no-prefix", "python", SHOW,
+               env={**env, "OTHER_VAR": "from-here"})
+    assert r.returncode == 0, r.stderr
+    assert [(x["MY_VAR"], x["OTHER_VAR"]) for x in r.ranks()] == [("x y", "from-here")] * 2
+    assert all(l.startswith("ENV ") for l in r.stdout.splitlines() if "ENV " in l)
+
+
+def test_prefixed_lines_never_mix(ddlrun):
+    r = ddlrun("-n", "2", "python", SHOW, env={"LINES": "400"})
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if "line-" in l]
+    assert len(lines) == 800
+    bad = [l for l in lines if not re.fullmatch(r"\[(\d)\] line-\1-\d+-x{200}", l)]
+    assert not bad, bad[:3]
+
+
+def test_exit_status_is_the_first_failing_ranks(ddlrun, mpi):
+    args, env = mpi
+    r = ddlrun(*args, "-n", "3", "--oversubscribe", "python", SHOW, env={**env, "FAIL_RANK": "1", "FAIL_CODE": "7"})
+    assert r.returncode == 7, r.stderr
+    assert "ddlrun: rank 1 failed first, with exit status 7" in r.stderr
+
+
+def test_a_failed_rank_does_not_leave_the_job_hanging(ddlrun):
+    t0 = time.monotonic()
+    r = ddlrun("-n", "2", "python", SHOW, timeout=60,
+               env={"FAIL_RANK": "1", "FAIL_CODE": "5", "SLEEP_RANK": "0", "WML_DDLRUN_FAIL_GRACE_S": "1"})
+    assert r.returncode == 5, r.stderr
+    assert time.monotonic() - t0 < 40
+    assert "rank 1 exited with status 5; stopping the other ranks in 1 s" in r.stderr
+    assert "stopping the job (SIGTERM)" in r.stderr
+
+
+def test_shim_reports_a_program_missing_on_its_host(tmp_path, monkeypatch, capfd):
+    """ddlrun checks PROGRAM where it runs; on another host it may be missing: the rank says
+    so in one line and exits 127 (and records it for ddlrun)."""
+    from wmlce_tools.ddlrun.rankexec import main as shim_main
+
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "1")
+    monkeypatch.setenv("MPI_LOCALRANKID", "0")
+    status = tmp_path / "status"
+    status.mkdir()
+    code = shim_main(["--size", "1", "--ranks-per-node", "1", "--binding", "none", "--gpus", "",
+                      "--mode", "p:1", "--master", "localhost:20000", "--status-dir", str(status),
+                      "--", str(tmp_path / "gone")])
+    assert code == 127
+    assert capfd.readouterr().err == f"ddlrun: error: rank 0: cannot run '{tmp_path / 'gone'}': not found\n"
+    assert (status / "0").read_text().split()[0] == "127"
+
+
+def test_check_passes_here_and_fails_for_unreachable_hosts(ddlrun):
+    r = ddlrun("--check", "-n", "2", "python", SHOW)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^localhost\s+yes\s+\S+\s+0\s+ok$", r.stderr, re.M), r.stderr
+    assert len(r.ranks()) == 2
+    r = ddlrun("--check", "--site", "fakegpu", "-n", "2", "python", SHOW)
+    assert r.returncode == 1
+    assert "FAIL: 0 GPU(s), the layout needs 4 per node" in r.stderr and not r.ranks()
+    r = ddlrun("--check", "--site", "fakegpu", "-n", "2", "python", SHOW, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert r.returncode == 0, r.stderr
+    r = ddlrun("--check", "--dry-run", "--site", "slurm-gpu", "-H", "localhost,nohost.invalid", "--gpus-per-rank", "0",
+               "python", SHOW)
+    assert r.returncode == 1
+    assert re.search(r"^nohost\.invalid\s+no\s+-\s+-\s+FAIL: ", r.stderr, re.M), r.stderr
+    assert "check failed on 1 of 2 host(s)" in r.stderr
