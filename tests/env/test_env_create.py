@@ -182,3 +182,24 @@ def test_lockfile_without_platform(lockfile: Path, tmp_path: Path, spec_file: Pa
 def test_create_needs_name_or_prefix(lockfile: Path, cli):
     res = cli("env", "create", lockfile, ok=False)
     assert res.exit_code == 2 and "exactly one of --name or --prefix" in res.output
+
+
+def test_create_installs_pip_entries_of_a_conda_lock_file(lockfile: Path, wheel: Path, tmp_path: Path, cli):
+    """A lockfile that conda-lock itself made with a pip package (manager: pip) installs too."""
+    import hashlib
+
+    from conda_lock.lockfile import parse_conda_lock_file, write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    parsed = parse_conda_lock_file(lockfile)
+    parsed.package.append(LockedDependency(
+        name="wml-hello", version="0.1", manager="pip", platform="linux-64", dependencies={},
+        url=wheel.as_uri(), hash=HashModel(sha256=hashlib.sha256(wheel.read_bytes()).hexdigest()),
+        categories={"main"}))
+    with_pip = tmp_path / "pip-lock.yml"
+    write_conda_lock_file(parsed, with_pip, metadata_choices=None)
+    target = tmp_path / "env"
+    res = cli("env", "create", with_pip, "--prefix", target, "--no-progress")
+    assert "1 pip packages" in res.output
+    out = subprocess.run([target / "bin" / "wml-hello"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"hello from {target}"

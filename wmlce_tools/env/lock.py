@@ -291,8 +291,9 @@ def lock(spec: EnvSpec, lockfile: Path, platforms: list[str] | None = None,
 
 # ---------------------------------------------------------------- lockfile -> records
 
-def _rattler_records(lockfile: Path, platform: str) -> list["RepoDataRecord"]:
-    """rattler reads conda-lock files itself (and recovers noarch types and build numbers)."""
+def _rattler_records(lockfile: Path, platform: str) -> tuple[list["RepoDataRecord"], list[str]]:
+    """rattler reads conda-lock files itself (and recovers noarch types and build numbers).
+    Returns the conda records and the pip packages (``name @ url``) of ``platform``."""
     import rattler
 
     try:
@@ -301,24 +302,45 @@ def _rattler_records(lockfile: Path, platform: str) -> list["RepoDataRecord"]:
         raise WmlError(f"{lockfile} is not a conda-lock lockfile: {_first_line(str(exc))}") from None
     env = lf.default_environment()
     for p in lf.platforms():  # rattler needs the lockfile's own platform objects
-        if p.name == platform:
-            return list(env.conda_repodata_records_for_platform(p) or []) if env else []
-    return []
+        if p.name == platform and env is not None:
+            records = list(env.conda_repodata_records_for_platform(p) or [])
+            pypi = [f"{pkg.name} @ {pkg.location}" for pkg in env.pypi_packages_for_platform(p) or []]
+            return records, pypi
+    return [], []
+
+
+def _lockfile_metadata(lockfile: Path) -> dict[str, Any]:
+    """The lockfile's metadata block.  Read with plain YAML, not conda-lock's parser: importing
+    conda-lock costs about a second and rattler validates the packages anyway."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(lockfile).read_text())
+    except FileNotFoundError:
+        raise WmlError(f"lockfile {lockfile} not found") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise WmlError(f"{lockfile} is not a conda-lock lockfile: {_first_line(str(exc))}") from None
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or data.get("version") not in (1, 2):
+        raise WmlError(f"{lockfile} is not a conda-lock lockfile (no version/metadata)")
+    return meta
 
 
 def locked_env(lockfile: Path, platform: str) -> LockedEnv:
     """The records (and wml metadata) of one platform of a conda-lock lockfile."""
-    parsed = read_lockfile(lockfile)
-    if platform not in parsed.metadata.platforms:
+    meta = _lockfile_metadata(lockfile)
+    platforms = [str(p) for p in meta.get("platforms") or []]
+    if platform not in platforms:
         raise WmlError(f"lockfile {lockfile} has no {platform!r} section "
-                       f"(it has {', '.join(parsed.metadata.platforms)})")
-    channels = [c.url for c in parsed.metadata.channels]
-    records = _rattler_records(lockfile, platform)
-    custom = parsed.metadata.custom_metadata or {}
-    pip = json.loads(custom.get(f"{_META_PREFIX}pip", "[]"))
-    pip += [d.url if d.url else f"{d.name}=={d.version}" for d in parsed.package
-            if d.platform == platform and d.manager == "pip"]
-    name = custom.get(f"{_META_PREFIX}name") or lockfile.stem
+                       f"(it has {', '.join(platforms) or 'none'})")
+    channels = [c["url"] if isinstance(c, dict) else str(c) for c in meta.get("channels") or []]
+    records, pypi = _rattler_records(lockfile, platform)
+    custom = meta.get("custom_metadata") or {}
+    try:
+        pip = list(json.loads(custom.get(f"{_META_PREFIX}pip", "[]"))) + pypi
+        imports = list(json.loads(custom.get(f"{_META_PREFIX}imports", "[]")))
+    except (TypeError, ValueError):
+        raise WmlError(f"{lockfile}: malformed wml.* custom_metadata") from None
+    name = custom.get(f"{_META_PREFIX}name") or Path(lockfile).stem
     return LockedEnv(name=name, platform=platform, records=records, pip=pip,
-                     imports=json.loads(custom.get(f"{_META_PREFIX}imports", "[]")),
-                     channels=channels)
+                     imports=imports, channels=channels)
