@@ -84,6 +84,9 @@ def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
 
 def _on_device(refs: Sequence[TensorRef]) -> bool:
     devices = {ref.device for ref in refs}
+    for ref in refs:
+        if ref.device not in ("cpu", "cuda"):
+            raise DDLInputError(f"tensor '{ref.name}' is on device '{ref.device}'; only cpu and cuda tensors are supported")
     if len(devices) > 1:
         raise DDLInputError(f"tensors are on different devices: {', '.join(sorted(devices))}")
     return bool(refs) and refs[0].device != "cpu"

@@ -26,7 +26,7 @@ def test_two_nodes_of_two(run_mpi, env, tmp_path):
 
 
 def test_three_level_mode_rack_and_aisle(run_mpi):
-    """p:1x2x2x1: one rank per node, so the chain is reduce-scatter in the rack, allreduce across aisles' racks."""
+    """p:1x2x2x1: one rank per node, so the chain is reduce-scatter in the rack, allreduce across racks."""
     result = run_mpi(4, "check_collectives.py", "quick", env={"DDL_OPTIONS": "-mode p:1x2x2x1"})
     result.assert_all_ok(4)
     for t in result.topologies():
@@ -34,10 +34,18 @@ def test_three_level_mode_rack_and_aisle(run_mpi):
         assert (t["local_size"], t["cross_size"]) == (1, 4)
 
 
-def test_mode_beats_emulate_nodes(run_mpi):
-    """Precedence: the mode string (4 ranks per node: flat) wins over DDL_EMULATE_NODES=2."""
-    result = run_mpi(4, "check_collectives.py", "quick",
-                     env={"DDL_OPTIONS": "-mode p:4", "DDL_EMULATE_NODES": "2"})
-    result.assert_all_ok(4)
-    for t in result.topologies():
-        assert (t["local_size"], t["cross_size"], t["algorithm"], t["source"]) == (4, 1, "flat", "mode")
+@pytest.mark.parametrize("env, expect", [
+    ({"DDL_OPTIONS": "-mode p:4", "DDL_EMULATE_NODES": "2"}, (4, 1, "flat", "mode")),
+    ({"DDL_OPTIONS": "-mode=p:2x2", "DDL_EMULATE_NODES": "4"}, (2, 2, "hierarchical", "mode")),
+    ({"DDL_EMULATE_NODES": "4"}, (1, 4, "flat", "emulate")),
+    ({}, (4, 1, "flat", "shared-memory")),
+], ids=["mode-over-emulate", "mode-equals-form", "emulate-4", "shared-memory"])
+def test_grouping_precedence(run_mpi, env, expect):
+    """mode string > DDL_EMULATE_NODES > MPI's shared-memory split (all 4 ranks share this host)."""
+    result = run_mpi(4, "topology.py", env=env)
+    summary = result.topologies()
+    assert result.returncode == 0 and len(summary) == 4, result.stderr[-2000:]
+    for t in summary:
+        assert not t["failures"]
+        assert (t["local_size"], t["cross_size"], t["algorithm"], t["source"]) == expect
+        assert t["local_rank"] == t["rank"] % expect[0] and t["cross_rank"] == t["rank"] // expect[0]

@@ -12,7 +12,7 @@ import numpy as np
 import ddl_runtime as ddl
 
 FLAVOUR = "torch" if "torch" in sys.argv[1:] else "numpy"
-QUICK = "quick" in sys.argv[1:]  # per-tensor section on two dtypes only
+QUICK = "quick" in sys.argv[1:]  # fewer dtypes per-tensor, two allreduce_n variants
 if FLAVOUR == "torch":
     import torch
 try:
@@ -25,7 +25,7 @@ info = ddl.init()
 R, N = ddl.rank(), ddl.size()
 failures = []
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int32", "int64"]
-SHAPES = [(), (0,), (1,), (7,), (3, 5), (1001,), (2, 3, 17), (300_001,)]  # run with DDL_FUSION_MB=0.5 to chunk
+SHAPES = [(), (0,), (1,), (7,), (3, 5), (1001,), (2, 3, 17), (140_001,)]  # 547 KB as float32: run with DDL_FUSION_MB=0.5 to chunk
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12, "int32": 0, "int64": 0}
 
 
@@ -100,7 +100,8 @@ for dtype in (["float32", "int64"] if QUICK else DTYPES):
             check(f"allreduce {dtype}{shape} {op}", x, shape, dtype, seed, op)
 
 # 2. allreduce_n over a mixed list (all dtypes and shapes at once), sum and avg; also mpi=True and check
-for op, kwargs in [("sum", {}), ("avg", {}), ("sum", {"mpi": True}), ("avg", {"check": 1e-5})]:
+VARIANTS = [("sum", {}), ("avg", {}), ("sum", {"mpi": True}), ("avg", {"check": 1e-5})]
+for op, kwargs in (VARIANTS[2:] if QUICK else VARIANTS):
     specs = [(shape, dtype) for dtype in DTYPES for shape in SHAPES
              if not (op == "avg" and dtype.startswith("int"))]
     base = seed
@@ -128,7 +129,7 @@ seed += 20
 
 # 4. bcast / bcast_n from the last rank
 root = N - 1
-for dtype in DTYPES:
+for dtype in (["bfloat16", "int32"] if QUICK else DTYPES):
     x = make(R, (3, 4), dtype, seed)
     if ddl.bcast(x, root=root, name="b") is not x:
         failures.append("bcast: result is not the input object")
@@ -146,7 +147,7 @@ if ddl.bcast_object({"r": R} if R == root else None, root=root) != {"r": root}:
     failures.append("bcast_object: wrong object")
 
 # 5. allgather: first dims differ per rank
-for dtype in DTYPES:
+for dtype in (["float16", "int64"] if QUICK else DTYPES):
     x = make(R, (R + 1, 3), dtype, seed)
     g = ddl.allgather(x, name="g")
     expect = np.concatenate([rounded(values(r, (r + 1, 3), dtype, seed), dtype) for r in range(N)])
