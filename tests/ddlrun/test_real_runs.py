@@ -121,12 +121,13 @@ def test_openmpi_rankfile_pins_the_layout_cores(ddlrun):
     assert '"cpus": [0, 1]' in r.stdout
 
 
-def test_forwarded_variables_and_no_prefix(ddlrun, mpi):
+def test_forwarded_variables_and_no_prefix(ddlrun, mpi, tmp_path):
     args, env = mpi
-    r = ddlrun(*args, "-n", "2", "-x", "MY_VAR=x y", "-x", "OTHER_VAR", "--no-prefix", "python", SHOW,
-               env={**env, "OTHER_VAR": "from-here"})
+    r = ddlrun(*args, "-n", "2", "-x", "MY_VAR=x y", "-x", "OTHER_VAR", "--no-prefix", "--timeline", "t.json",
+               "python", SHOW, env={**env, "OTHER_VAR": "from-here"})
     assert r.returncode == 0, r.stderr
     assert [(x["MY_VAR"], x["OTHER_VAR"]) for x in r.ranks()] == [("x y", "from-here")] * 2
+    assert {x["DDL_TIMELINE"] for x in r.ranks()} == {str(tmp_path / "t.json")}
     assert all(l.startswith("ENV ") for l in r.stdout.splitlines() if "ENV " in l)
 
 
@@ -189,3 +190,34 @@ def test_check_passes_here_and_fails_for_unreachable_hosts(ddlrun):
     assert r.returncode == 1
     assert re.search(r"^nohost\.invalid\s+no\s+-\s+-\s+FAIL: ", r.stderr, re.M), r.stderr
     assert "check failed on 1 of 2 host(s)" in r.stderr
+
+
+def test_sigterm_stops_every_rank(isolated_env, site_dir, tmp_path):
+    """SIGTERM to ddlrun (a batch system ending the job) reaches every rank; nothing is left."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    env = dict(isolated_env, SLEEP_RANK="0")
+    p = subprocess.Popen([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "-n", "1", "python", SHOW],
+                         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()            # the rank is up (its ENV line), then sleeps
+        assert "ENV " in line, p.stderr.read() if p.poll() is not None else line
+        pid = json.loads(line.split("ENV ", 1)[1])["pid"]
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) != 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"rank process {pid} survived ddlrun's SIGTERM")

@@ -8,6 +8,7 @@ KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "M
         "DDL_TIMELINE", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MY_VAR", "OTHER_VAR")
 info = {k: os.environ[k] for k in KEYS if k in os.environ}
 info["argv"] = sys.argv[1:]
+info["pid"] = os.getpid()
 print("ENV " + json.dumps(info), flush=True)
 for i in range(int(os.environ.get("LINES", "0"))):
     print(f"line-{os.environ['RANK']}-{i}-" + "x" * 200)
