@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 LMOD_INITS = [os.environ.get("WML_TEST_LMOD_INIT", ""), "/usr/share/lmod/lmod/init/bash",
               "/usr/share/lmod/6.6/init/bash", "/opt/apps/lmod/lmod/init/bash"]
@@ -101,3 +103,35 @@ def test_quoting_of_odd_prefixes():
     assert 'local prefix = "/tmp/a \\"b\\" $c [d]"' in lua
     tcl = render_tcl(env)
     assert 'set prefix "/tmp/a \\"b\\" \\$c \\[d\\]"' in tcl
+
+
+
+LUA = shutil.which("lua") or shutil.which("lua5.3")
+
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"))
+                | st.sampled_from(list('\\"$[]{}\n\r\t ;`\'')), max_size=40)
+
+
+@pytest.mark.skipif(LUA is None, reason="no lua interpreter (Debian's lmod pulls in lua5.3)")
+@settings(max_examples=40, deadline=None)
+@given(text=_TEXT)
+def test_lua_quote_roundtrips_through_real_lua(text: str):
+    from wmlce_tools.env.modulefile import lua_quote
+
+    proc = subprocess.run([LUA, "-e", f"io.write({lua_quote(text)})"], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == text
+
+
+@pytest.mark.skipif(TCLSH is None, reason="no tclsh (Debian: apt-get install tcl)")
+@settings(max_examples=40, deadline=None)
+@given(text=_TEXT)
+def test_tcl_quote_roundtrips_through_real_tclsh(text: str):
+    from wmlce_tools.env.modulefile import tcl_quote
+
+    script = ("fconfigure stdout -translation lf -encoding utf-8\n"
+              f"puts -nonewline {tcl_quote(text)}\n")
+    proc = subprocess.run([TCLSH], input=script.encode("utf-8"), capture_output=True,
+                          env={**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == text

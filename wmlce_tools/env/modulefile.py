@@ -42,12 +42,16 @@ class ModuleEnv:
 
 
 def lua_quote(text: str) -> str:
-    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A Lua string literal for ``text``: backslash, quote and line breaks escaped."""
+    out = (text.replace("\\", "\\\\").replace('"', '\\"')
+           .replace("\n", "\\n").replace("\r", "\\r"))
     return f'"{out}"'
 
 
 def tcl_quote(text: str) -> str:
-    out = re.sub(r'([\\"$\[\]{}])', r"\\\1", text).replace("\n", "\\n")
+    """A Tcl double-quoted word for ``text``: substitution characters and line breaks escaped
+    (Tcl reads modulefiles with newline translation, so a raw CR would become LF)."""
+    out = re.sub(r'([\\"$\[\]{}])', r"\\\1", text).replace("\n", "\\n").replace("\r", "\\r")
     return f'"{out}"'
 
 

@@ -301,12 +301,10 @@ def _from_environment_yml(data: _LineDict, where: _Where) -> EnvSpec:
 # ---------------------------------------------------------------- bundled specs
 
 def bundled_specs_dir() -> Path:
-    """``env_specs/`` of the installed project (repo checkout or installed data)."""
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "env_specs", here.parents[1] / "data" / "env_specs"):
-        if candidate.is_dir():
-            return candidate
-    return here.parents[2] / "env_specs"
+    """``env_specs/``: the repo folder in a checkout, ``wmlce_tools.env_specs`` when installed."""
+    from wmlce_tools.resources_data import data_dir
+
+    return data_dir("env_specs")
 
 
 def bundled_spec_paths() -> list[Path]:
