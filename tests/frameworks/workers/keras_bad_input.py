@@ -45,25 +45,29 @@ def case_steps(rank):
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cases", nargs="+", choices=sorted(CASES))
-    ap.add_argument("--uncaught", action="store_true")
-    args = ap.parse_args()
-    keras.utils.set_random_seed(0)
+def run_cases(cases, uncaught):
     rank = ddl.rank()
-    for i, name in enumerate(args.cases):
+    for i, name in enumerate(cases):
+        keras.utils.set_random_seed(0)
         try:
             CASES[name](rank)
         except DDLError as exc:
             if rank == 0:
                 print(f"CASE {name}: {type(exc).__name__}: {exc}", flush=True)
-            if i == len(args.cases) - 1 and args.uncaught:
+            if i == len(cases) - 1 and uncaught:
                 raise
             continue
         if rank == 0:
             print(f"CASE {name}: no error", flush=True)
     sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", choices=sorted(CASES))
+    ap.add_argument("--uncaught", action="store_true")
+    args = ap.parse_args()
+    run_cases(args.cases, args.uncaught)
 
 
 if __name__ == "__main__":

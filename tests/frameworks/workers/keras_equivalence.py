@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--then-bad-cases", nargs="*", default=[],
+                    help="afterwards run these keras_bad_input.py cases in the same job (saves a launch)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rank, size = ddl.rank(), ddl.size()
@@ -68,6 +70,10 @@ def main():
         start = flat(build())
         np.savez(args.out, own=own, ref=flat(ref), start=start, losses=losses, size=size)
     print(f"rank {rank}: done", flush=True)
+    if args.then_bad_cases:
+        import keras_bad_input
+
+        keras_bad_input.run_cases(args.then_bad_cases, uncaught=False)
 
 
 if __name__ == "__main__":
