@@ -177,3 +177,15 @@ def test_placement_files():
     lay = compile_layout(get_site("summit"), ResourceRequest(nodes=2))
     assert "rank 7=b slot=7-13" in openmpi_rankfile(lay, ["a", "b"])
     assert "rank: 0: { host: 1; cpu: {0-27}; gpu: {0} }" in jsrun_erf(lay)
+
+
+def test_launcher_environment_carries_the_forwarded_variables(isolated_env):
+    """srun and jsrun pass their own environment on: -x values must be in it too."""
+    from wmlce_tools.ddlrun.plan import DdlrunOptions, build_plan
+
+    env = dict(SLURM_ENV, KEEP="k", FROM_HERE="h")
+    plan = build_plan(DdlrunOptions(program=("python",), site="slurm-gpu", exports=("NEW=1", "FROM_HERE"),
+                                    dry_run=True), env)
+    launch_env = plan.launcher_env(env)
+    assert launch_env["NEW"] == "1" and launch_env["FROM_HERE"] == "h" and launch_env["KEEP"] == "k"
+    assert plan.master_addr == "gpu01" and plan.layout.nodes == 2

@@ -106,6 +106,14 @@ class LaunchPlan:
             argv += ["--status-dir", status_dir]
         return argv + ["--", *self.program]
 
+    def launcher_env(self, base: Mapping[str, str]) -> Dict[str, str]:
+        """The launcher's own environment: ``base`` plus the -x variables, so launchers that
+        pass their environment on (srun, jsrun, MPICH) give ranks the same values as the
+        explicit -x / -genv / -e flags do."""
+        env = dict(base)
+        env.update(self.exports)
+        return env
+
     def command(self, rankfile_path: Optional[str] = None, status_dir: Optional[str] = None) -> List[str]:
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
                             env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path)

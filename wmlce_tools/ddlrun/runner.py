@@ -88,7 +88,7 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
         argv = plan.command(rankfile_path=rankfile, status_dir=status_dir)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, status_dir, err, grace)
+        return _supervise(argv, plan.launcher_env(os.environ), status_dir, err, grace)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -108,9 +108,9 @@ def fail_grace_s(env=os.environ) -> float:
     return value
 
 
-def _supervise(argv: List[str], status_dir: Optional[str], err: TextIO, grace: float) -> int:
+def _supervise(argv: List[str], env: dict, status_dir: Optional[str], err: TextIO, grace: float) -> int:
     try:
-        proc = subprocess.Popen(argv, start_new_session=True)
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
     except OSError as e:
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
         return 127
