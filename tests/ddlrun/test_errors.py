@@ -40,6 +40,8 @@ SLURM_ENV = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_P
     (["-H", "a,b", "-n", "2", "python"], {}, "the local site runs on this machine only"),
     (["--site", "slurm-gpu", "--emulate-nodes", "2", "python"], SLURM_ENV,
      "--emulate-nodes runs on one host, but SLURM_JOB_NODELIST names 2"),
+    (["--site", "slurm-gpu", "-H", "a", "--emulate-nodes", "2", "python"], {},
+     "--emulate-nodes needs a site without a scheduler (like 'local'); slurm-gpu uses slurm"),
     (["-H", "a", "--hostfile", "f", "python"], {}, "not allowed with argument"),
     (["-x", "1BAD=2", "python"], {}, "'1BAD' is not a valid environment variable name"),
     (["-x", "NOT_SET_ANYWHERE", "python"], {}, "-x NOT_SET_ANYWHERE: NOT_SET_ANYWHERE is not set here"),

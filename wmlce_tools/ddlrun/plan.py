@@ -265,6 +265,9 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
                           cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
     layout = compile_layout(site, req)
+    if (opts.emulate_nodes or 1) > 1 and not layout.emulated:
+        raise WmlError(f"--emulate-nodes needs a site without a scheduler (like 'local'); {site.name} "
+                       f"uses {site.scheduler}, whose nodes are real")
     if opts.np is not None and layout.size != opts.np:  # pragma: no cover - guarded above
         raise WmlError(f"-n {opts.np}: the layout has {layout.size} ranks")
     _check_slots(layout, hosts, opts.oversubscribe)
