@@ -5,7 +5,8 @@ to reach it, and stops it at the end of the session when a test session started 
 other test session still uses it.  It is skipped, with the reason, only where this machine
 cannot run it (not root and no cluster running; no apt-get and no Slurm installed).  Set
 ``WML_REQUIRE_SLURM=1`` (CI does) to turn those skips into failures, and ``WML_SLURM_KEEP=1``
-to leave a cluster the tests started running afterwards.
+to leave a cluster the tests started running afterwards.  A cluster the tests start has 2
+emulated GPUs per node (``WML_SLURM_GPUS``, default 2 here) so GPU binding is tested too.
 
 Every wait here is bounded and its timeout message says what it waited for.
 """
@@ -44,6 +45,7 @@ class LocalSlurm:
     conf: Path
     nodes: List[str]
     started_here: bool
+    gpus_per_node: int = 0
     jobcomp: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -184,7 +186,8 @@ def local_slurm():
 
     was_running = _script("status", timeout=60, env=env).returncode == 0
     t0 = time.monotonic()
-    started = _script("start", timeout=START_TIMEOUT_S, env=env)
+    start_env = dict(env) if was_running else dict(env, WML_SLURM_GPUS=env.get("WML_SLURM_GPUS", "2"))
+    started = _script("start", timeout=START_TIMEOUT_S, env=start_env)
     if started.returncode != 0:
         lease.unlink(missing_ok=True)
         pytest.fail(f"scripts/local-slurm start failed ({started.returncode}):\n{started.stderr[-4000:]}")
@@ -192,11 +195,14 @@ def local_slurm():
         marker.write_text(f"{os.getpid()}\n")
         sys.stderr.write(f"\n[local-slurm] started in {time.monotonic() - t0:.1f} s\n")
 
-    nodes_out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=30,
+    nodes_out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True, timeout=30,
                                env=dict(env, SLURM_CONF=str(conf)))
-    nodes = sorted(set(nodes_out.stdout.split()), key=lambda n: int(n[1:]) if n[1:].isdigit() else 0)
+    rows = dict(line.split(None, 1) for line in nodes_out.stdout.splitlines() if line.strip())
+    nodes = sorted(rows, key=lambda n: int(n[1:]) if n[1:].isdigit() else 0)
+    gres = re.search(r"gpu:(\d+)", next(iter(rows.values()), ""))
     try:
-        yield LocalSlurm(base=base, conf=conf, nodes=nodes, started_here=not was_running)
+        yield LocalSlurm(base=base, conf=conf, nodes=nodes, started_here=not was_running,
+                         gpus_per_node=int(gres.group(1)) if gres else 0)
     finally:
         lease.unlink(missing_ok=True)
         others = [p for p in leases.iterdir() if _live(p)]

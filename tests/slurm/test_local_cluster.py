@@ -303,3 +303,35 @@ def test_sbatch_test_only_accepts_and_rejects(local_slurm, tmp_path):
                                check=False)
     assert too_many.returncode != 0
     assert "node" in too_many.stderr.lower()
+
+
+def test_emulated_gpus_are_bound_per_task(local_slurm, tmp_path):
+    if local_slurm.gpus_per_node < 2:
+        pytest.skip("the running local Slurm was started without emulated GPUs; "
+                    "restart it with `scripts/local-slurm stop; WML_SLURM_GPUS=2 scripts/local-slurm start`")
+    line = 'echo GPU rank=$SLURM_PROCID node=$SLURMD_NODENAME local=$SLURM_LOCALID cvd=$CUDA_VISIBLE_DEVICES'
+    script = (f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 --gpus-per-node=2 -o {tmp_path}/out-%j.txt\n"
+              f"srun --gpus-per-task=1 bash -c {shlex.quote(line.replace('GPU', 'TASK'))}\n"
+              f"srun -N 2 -n 2 --ntasks-per-node=1 bash -c {shlex.quote(line.replace('GPU', 'NODE'))}\n")
+    job = local_slurm.sbatch(script, cwd=tmp_path)
+    info = local_slurm.wait_done(job)
+    text = _read_until(tmp_path / f"out-{job}.txt", lambda t: t.count("\nNODE ") + t.startswith("NODE ") >= 2)
+    assert info["JobState"] == "COMPLETED", (info, text)
+    per_task = {int(r["rank"]): r for r in map(lambda ln: dict(re.findall(r"(\w+)=(\S*)", ln)),
+                                               (ln for ln in text.splitlines() if ln.startswith("TASK ")))}
+    assert sorted(per_task) == [0, 1, 2, 3], text
+    # Each task sees exactly one GPU: its local rank's.
+    assert [per_task[i]["cvd"] for i in range(4)] == ["0", "1", "0", "1"]
+    per_node = [dict(re.findall(r"(\w+)=(\S*)", ln)) for ln in text.splitlines() if ln.startswith("NODE ")]
+    assert sorted(r["cvd"] for r in per_node) == ["0,1", "0,1"]
+
+
+@pytest.mark.timeout(240)
+def test_walltime_limit_ends_in_timeout(local_slurm, tmp_path):
+    """Slurm's smallest limit is one minute and slurmctld checks limits every 30 s: ~90 s."""
+    job = local_slurm.sbatch("#!/bin/bash\n#SBATCH -t 1 -o /dev/null\nexec sleep 600\n", cwd=tmp_path)
+    local_slurm.wait_state(job, {"RUNNING"}, timeout=30)
+    info = local_slurm.wait_state(job, {"TIMEOUT"}, timeout=150)
+    assert info["Reason"] == "TimeLimit", info
+    assert info["ExitCode"] == "0:15", info        # killed by SIGTERM
+    assert local_slurm.completion(job)["State"] == "TIMEOUT"
