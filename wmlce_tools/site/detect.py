@@ -4,7 +4,6 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional
 
@@ -38,7 +37,11 @@ def detect_site(sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.envir
                 hostname: Optional[str] = None) -> Optional[Detection]:
     """A site one of whose hostname patterns matches, or all of whose ``environment`` patterns
     match; among several, prefer one whose scheduler matches the scheduler variables present."""
-    host = hostname if hostname is not None else env.get("WML_HOSTNAME") or socket.getfqdn()
+    if hostname is None:
+        import socket  # only when detecting: keeps `wml render --site X` from paying for it
+
+        hostname = env.get("WML_HOSTNAME") or socket.getfqdn()
+    host = hostname
     short = host.split(".")[0]
     sched = scheduler_from_env(env)
     matches = []
