@@ -2,14 +2,13 @@
 environment, and site profiles with fake GPUs so GPU mapping can be checked on a CPU box."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
-from ddlrun_helpers import FAKE_GPU_SITE, SHOW_ENV, Result
+from ddlrun_helpers import FAKE_GPU_SITE, Result
 
 
 @pytest.fixture
@@ -35,15 +34,3 @@ def ddlrun(isolated_env, site_dir, tmp_path):
                            env=e, capture_output=True, text=True, timeout=timeout)
         return Result(p.returncode, p.stdout, p.stderr)
     return run
-
-
-@pytest.fixture
-def show_env() -> List[str]:
-    return [sys.executable, str(SHOW_ENV)]
-
-
-def require(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} is not installed on this machine")
-    return path

@@ -80,10 +80,9 @@ def parse_args(argv: Sequence[str]):
             mpiargs += shlex.split(text)
         except ValueError as e:
             raise WmlError(f"--mpiarg {text!r}: {e}") from None
-    for name in ("np", "ranks_per_node", "cores_per_rank", "threads_per_core", "emulate_nodes"):
-        v = getattr(a, name)
+    # used in arithmetic before the ResourceRequest (which checks the rest) is built
+    for opt, v in (("-n", a.np), ("--ranks-per-node", a.ranks_per_node), ("--emulate-nodes", a.emulate_nodes)):
         if v is not None and v < 1:
-            opt = "-n" if name == "np" else "--" + name.replace("_", "-")
             raise WmlError(f"{opt} must be >= 1, got {v}")
     return DdlrunOptions(program=tuple(program), hosts=a.hosts, hostfile=a.hostfile, np=a.np,
                          ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
