@@ -147,14 +147,21 @@ def _die_with_parent() -> None:
 
 
 def _pump(src, fd: int, tag: bytes) -> None:
-    """Copy lines from ``src`` to ``fd``, each as one ``[rank] line`` write."""
+    """Copy lines from ``src`` to ``fd``, each as one ``[rank] line`` write.  When ``fd`` is
+    gone (the reader closed the pipe), keep draining ``src`` so the program never blocks."""
+    broken = False
     for line in iter(src.readline, b""):
+        if broken:
+            continue
         if not line.endswith(b"\n"):
             line += b"\n"
         data = tag + line
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
+        try:
+            while data:
+                n = os.write(fd, data)
+                data = data[n:]
+        except OSError:
+            broken = True
     src.close()
 
 
