@@ -188,3 +188,12 @@ def test_launcher_environment_carries_the_forwarded_variables(isolated_env):
     launch_env = plan.launcher_env(env)
     assert launch_env["NEW"] == "1" and launch_env["FROM_HERE"] == "h" and launch_env["KEEP"] == "k"
     assert plan.master_addr == "gpu01" and plan.layout.nodes == 2
+
+
+def test_master_port_follows_the_job_id():
+    from wmlce_tools.ddlrun.plan import master_port
+
+    ports = {master_port({"SLURM_JOB_ID": str(j)}) for j in range(1000, 1200)}
+    assert all(20000 <= p < 60000 for p in ports) and len(ports) > 190       # concurrent jobs differ
+    assert master_port({"LSB_JOBID": "7", "WML_JOB_ID": "x"}) == master_port({"LSB_JOBID": "7"})
+    assert master_port({"WML_JOB_ID": "local-1"}) == master_port({"WML_JOB_ID": "local-1"})
