@@ -164,6 +164,7 @@ def test_rank_environment_local_rank_binding_and_emulation():
     ({"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "CUDA_VISIBLE_DEVICES": "0,1,2"},
      "CUDA_VISIBLE_DEVICES='0,1,2' shows 3"),
     ({"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "DDL_FUSION_MB": "lots"}, "DDL_FUSION_MB"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "DDL_OPTIONS": "-x 'open"}, "cannot be split"),
 ])
 def test_rank_environment_refuses(launcher_env, message):
     s = settings(node_gpus=parse_gpus("2,3;0,1")) if "CUDA" in str(launcher_env) else settings()

@@ -68,7 +68,10 @@ def _gpu_text(lists: Sequence[Sequence[int]]) -> str:
 
 
 def _merge_ddl_options(existing: str, mode: str) -> str:
-    words = shlex.split(existing) if existing.strip() else []
+    try:
+        words = shlex.split(existing)
+    except ValueError as e:
+        raise ShimError(f"DDL_OPTIONS={existing!r} cannot be split into words: {e}") from None
     kept: List[str] = []
     skip = False
     for w in words:
