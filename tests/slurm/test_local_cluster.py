@@ -335,3 +335,39 @@ def test_walltime_limit_ends_in_timeout(local_slurm, tmp_path):
     assert info["Reason"] == "TimeLimit", info
     assert info["ExitCode"] == "0:15", info        # killed by SIGTERM
     assert local_slurm.completion(job)["State"] == "TIMEOUT"
+
+
+def test_site_profile_matches_the_cluster(local_slurm, tmp_path):
+    """site_configs/local-slurm.yaml describes what scripts/local-slurm starts, and a script
+    rendered from it is one the real sbatch accepts."""
+    from wmlce_tools.site.loader import load_site_file
+    from wmlce_tools.walltime import parse_walltime
+
+    repo = Path(__file__).resolve().parents[2]
+    site = load_site_file(repo / "site_configs" / "local-slurm.yaml")
+    assert (site.scheduler, site.launcher) == ("slurm", "srun")
+    node = local_slurm.run("scontrol", "show", "node", "-o", local_slurm.nodes[0]).stdout
+    fields = dict(tok.split("=", 1) for tok in node.split() if "=" in tok)
+    assert int(fields["CPUTot"]) == site.node.cores * site.node.threads_per_core
+    assert int(fields["ThreadsPerCore"]) == site.node.threads_per_core
+    assert site.total_nodes <= len(local_slurm.nodes)
+    part = local_slurm.run("scontrol", "show", "partition", "-o").stdout
+    pfields = dict(tok.split("=", 1) for tok in part.split() if "=" in tok)
+    queue = site.default_queue
+    assert pfields["PartitionName"] == queue
+    assert pfields["MaxTime"] in ("00:30:00", "30:00")
+    assert parse_walltime(site.queues[queue].max_walltime) == parse_walltime("00:30:00")
+    mpi = local_slurm.run("srun", "--mpi=list", check=False)
+    assert site.launcher_options.srun_mpi in (mpi.stdout + mpi.stderr)
+
+    prog = tmp_path / "train.py"
+    prog.write_text("print('hi')\n")
+    rendered = subprocess.run([sys.executable, "-m", "wmlce_tools", "render", "--site", "local-slurm", "--nodes",
+                               str(site.total_nodes), "--ranks-per-node", "2", "-t", "10", str(prog)],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path, env=local_slurm.env())
+    assert rendered.returncode == 0, rendered.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(rendered.stdout)
+    test_only = local_slurm.run("sbatch", "--test-only", str(script), check=False, cwd=tmp_path)
+    assert test_only.returncode == 0, test_only.stderr
+    assert "to start at" in test_only.stderr
