@@ -220,3 +220,21 @@ def test_sigterm_stops_every_rank(isolated_env, site_dir, tmp_path):
         time.sleep(0.2)
     else:
         pytest.fail(f"rank process {pid} survived ddlrun's SIGTERM")
+
+
+@pytest.mark.parametrize("site, gpus", [("fakegpu", [0, 0, 0, 0]), ("fakegpu-lr", [0, 1, 2, 3])])
+def test_ddl_runtime_sees_the_layout(ddlrun, site, gpus):
+    """The contract with ddl_runtime: on 2 emulated nodes its local/cross ranks are the
+    Layout's, and its GPU is 0 of the narrowed set (per-rank) or the Layout's (local-rank)."""
+    pytest.importorskip("mpi4py")
+    import json
+
+    r = ddlrun("--site", site, "-n", "4", "--emulate-nodes", "2", "python",
+               str(HERE / "programs" / "ddl_topology.py"), timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    topo = sorted((json.loads(l.split("TOPO ", 1)[1]) for l in r.stdout.splitlines() if "TOPO " in l),
+                  key=lambda d: d["rank"])
+    assert [(d["rank"], d["RANK"], d["local_rank"], d["local_size"], d["cross_rank"], d["cross_size"])
+            for d in topo] == [(0, 0, 0, 2, 0, 2), (1, 1, 1, 2, 0, 2), (2, 2, 0, 2, 1, 2), (3, 3, 1, 2, 1, 2)]
+    assert [d["gpu"] for d in topo] == gpus
+    assert {d["sum"] for d in topo} == {6.0}
