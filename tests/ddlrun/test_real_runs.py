@@ -238,3 +238,41 @@ def test_ddl_runtime_sees_the_layout(ddlrun, site, gpus):
             for d in topo] == [(0, 0, 0, 2, 0, 2), (1, 1, 1, 2, 0, 2), (2, 2, 0, 2, 1, 2), (3, 3, 1, 2, 1, 2)]
     assert [d["gpu"] for d in topo] == gpus
     assert {d["sum"] for d in topo} == {6.0}
+
+
+def test_sigkill_of_ddlrun_leaves_no_rank_behind(isolated_env, tmp_path):
+    """Even when ddlrun itself is killed outright, the launcher and the ranks go with it."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    env = dict(isolated_env, SLEEP_RANK="1")
+    p = subprocess.Popen([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "-n", "2", "python", SHOW],
+                         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pid = None
+    try:
+        for line in p.stdout:               # bounded by pytest's timeout; ranks print at once
+            if line.startswith("[1] ENV "):
+                pid = json.loads(line.split("ENV ", 1)[1])["pid"]
+                break
+        assert pid is not None
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break                  # exited, waiting to be reaped
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"rank process {pid} outlived a SIGKILLed ddlrun")

@@ -33,6 +33,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.jobenv import JobEnvironment, detect_launcher
 
+from .pdeathsig import KILL_ON_PARENT_DEATH
+
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -139,16 +141,6 @@ def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int) -> str:
                         f"{outer!r} shows {len(visible)}") from None
 
 
-def _die_with_parent() -> None:
-    """Child side: get SIGKILL when the shim dies, so a killed launcher leaves no orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # pragma: no cover - not glibc
-        pass
-
-
 def _pump(src, fd: int, tag: bytes) -> None:
     """Copy lines from ``src`` to ``fd``, each as one ``[rank] line`` write.  When ``fd`` is
     gone (the reader closed the pipe), keep draining ``src`` so the program never blocks."""
@@ -172,7 +164,7 @@ def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, prefi
     pipe = subprocess.PIPE if prefix else None
     try:
         child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
-                                 close_fds=False, preexec_fn=_die_with_parent)
+                                 close_fds=False, preexec_fn=KILL_ON_PARENT_DEATH)
     except FileNotFoundError:
         raise ShimError(f"rank {rank}: cannot run {program[0]!r}: not found", 127) from None
     except PermissionError:

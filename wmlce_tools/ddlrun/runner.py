@@ -1,12 +1,13 @@
 """Run a LaunchPlan: write the placement file, print the command, run the launcher, and
 report the first failing rank.
 
-The launcher runs in its own process group; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed
-on to it.  When every rank runs on this machine, each rank's shim writes its exit status into
-a private directory: once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish
-(a line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a
-rank blocked in a collective with a dead peer cannot hang the job; ddlrun then exits with the first failing rank's status.  On several
-hosts the launcher's own exit status is returned.
+The launcher runs in its own process group (so the whole job can be signalled at once) and
+gets SIGTERM if ddlrun dies; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed on to it.
+When every rank runs on this machine, each rank's shim writes its exit status into a
+private directory: once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish (a
+line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a rank
+blocked in a collective with a dead peer cannot hang the job; ddlrun then exits with the
+first failing rank's status.  On several hosts the launcher's own exit status is returned.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, TextIO
 
 from ..quoting import sh_join
+from .pdeathsig import TERM_ON_PARENT_DEATH
 from .plan import LaunchPlan
 
 FAIL_GRACE_S = 10.0
@@ -110,7 +112,7 @@ def fail_grace_s(env=os.environ) -> float:
 
 def _supervise(argv: List[str], env: dict, status_dir: Optional[str], err: TextIO, grace: float) -> int:
     try:
-        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=TERM_ON_PARENT_DEATH)
     except OSError as e:
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
         return 127
