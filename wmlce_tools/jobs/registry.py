@@ -95,7 +95,7 @@ def default_path(env=os.environ) -> Path:
     """``$WML_DATA_DIR/jobs.sqlite`` or the platform's user data dir for ``wml``."""
     override = env.get("WML_DATA_DIR")
     if override:
-        return Path(override).expanduser() / "jobs.sqlite"
+        return Path(override).expanduser().absolute() / "jobs.sqlite"
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("wml", appauthor=False)) / "jobs.sqlite"
@@ -110,7 +110,7 @@ class Registry:
 
     def __init__(self, path: Union[str, Path, None] = None, *,
                  busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_path()
+        self.path = Path(path).expanduser().absolute() if path is not None else default_path()
         self.busy_timeout = float(busy_timeout)
         self._ready = False
 
