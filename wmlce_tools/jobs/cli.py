@@ -1,0 +1,166 @@
+"""``wml jobs``, ``wml status JOB``, ``wml cancel JOB``, ``wml logs JOB [-f]``.
+
+The command functions take typer-annotated parameters, so the main app registers them as
+they are (``register(app)`` does exactly that)::
+
+    from .jobs.cli import register as register_job_commands
+    register_job_commands(app)
+
+JOB is the scheduler's job id (what sbatch/bsub/qsub printed), or wml's local id from
+``wml jobs`` (``id:N`` when it could be mistaken for a scheduler id).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from ..errors import WmlError
+
+Job = Annotated[str, typer.Argument(help="Job: the scheduler's id (as submit printed it) or wml's local id (id:N).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _fmt_time(t: Optional[float]) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "-"
+
+
+def _table(rows: List[List[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+
+
+def jobs_cmd(as_json: AsJson = False,
+             all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Every job, not only the last 50.")] = False,
+             site: Annotated[Optional[str], typer.Option("--site", "-s", help="Only this site's jobs.")] = None,
+             refresh: Annotated[bool, typer.Option("--refresh/--no-refresh",
+                                                   help="Ask the schedulers about jobs not yet ended (default).")] = True) -> None:
+    """List the jobs wml submitted (newest first) with their last known state."""
+    from .lifecycle import refresh as do_refresh
+    from .registry import Registry
+    from ..schedulers import SchedulerError
+
+    reg = Registry()
+    records = reg.list(limit=None if all_jobs else 50, site=site)
+    if refresh:
+        unreachable = {}
+        for i, rec in enumerate(records):
+            if rec.state.final or rec.scheduler in unreachable:
+                continue
+            try:
+                records[i] = do_refresh(rec, reg)
+            except (SchedulerError, WmlError) as e:   # scheduler down or its tools not here
+                unreachable[rec.scheduler] = str(e)
+        for sched, msg in unreachable.items():
+            sys.stderr.write(f"wml: {sched} jobs show their last known state: {msg}\n")
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in records], indent=None))
+        return
+    if not records:
+        typer.echo("no jobs yet (wml submit records them here)")
+        return
+    rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "SUBMITTED (UTC)", "OUTPUT"]]
+    for r in records:
+        rows.append([str(r.id), r.job_id, r.site, r.name, r.state.value,
+                     "-" if r.exit_code is None else str(r.exit_code), _fmt_time(r.submitted_at), r.output])
+    sys.stdout.write(_table(rows))
+
+
+def status_cmd(job: Job, as_json: AsJson = False) -> None:
+    """The job's state now (asks its scheduler: squeue/scontrol/sacct, bjobs, qstat)."""
+    from .lifecycle import find, refresh
+    from ..schedulers import SchedulerError
+
+    rec = find(job)
+    try:
+        rec = refresh(rec)
+    except SchedulerError as e:
+        raise WmlError(f"cannot get the state of job {rec.job_id} from {rec.scheduler}: {e}") from None
+    if as_json:
+        typer.echo(json.dumps(rec.as_dict()))
+        return
+    code = f" (exit code {rec.exit_code})" if rec.exit_code is not None else ""
+    typer.echo(f"job {rec.job_id} ({rec.name}, {rec.site}): {rec.state.value}{code}")
+    typer.echo(f"  submitted {_fmt_time(rec.submitted_at)} UTC; script {rec.script}")
+    typer.echo(f"  output {rec.output}" + (f"; error {rec.error}" if rec.error and rec.error != rec.output else ""))
+
+
+def cancel_cmd(job: Job) -> None:
+    """Ask the scheduler to end the job (scancel, bkill, qdel) and report how it ended."""
+    from .lifecycle import CANCEL_FINISHED, CANCEL_UNKNOWN, cancel, find
+    from ..schedulers import SchedulerError
+
+    rec = find(job)
+    if rec.state.final:
+        typer.echo(f"job {rec.job_id} has already ended: {rec.state.value}")
+        return
+    try:
+        rec, outcome = cancel(rec)
+    except SchedulerError as e:
+        raise WmlError(f"cannot cancel job {rec.job_id} on {rec.scheduler}: {e}") from None
+    if outcome == CANCEL_UNKNOWN and rec.state == rec.state.UNKNOWN:
+        raise WmlError(f"{rec.scheduler} does not know job {rec.job_id} (it may have ended long ago)")
+    if outcome == CANCEL_FINISHED:
+        typer.echo(f"job {rec.job_id} had already ended: {rec.state.value}")
+    elif rec.state.final:
+        typer.echo(f"job {rec.job_id} {rec.state.value}")
+    else:
+        typer.echo(f"cancel requested; job {rec.job_id} is still {rec.state.value} (the scheduler ends it shortly)")
+
+
+def logs_cmd(job: Job,
+             follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep showing new output until the job ends.")] = False) -> None:
+    """The job's output (and error) file; -f follows it until the job ends."""
+    from .lifecycle import find, logs
+
+    code = logs(find(job), follow=follow)
+    if code:
+        raise typer.Exit(code)
+
+
+def wait_after_submit(result, plan, wait: bool, out=None) -> Optional[int]:
+    """What ``wml submit`` calls once the job is submitted: record it and, with ``--wait``,
+    wait for it.  Returns the exit code ``submit`` should end with (None: 0)."""
+    from .lifecycle import record_submission, wait_for
+
+    try:
+        rec = record_submission(result, plan)
+    except WmlError as e:
+        raise WmlError(f"job {result.job_id} was submitted but could not be recorded ({e}); "
+                       f"its output will be in {result.output}") from None
+    if wait and not rec.state.final:
+        return wait_for(rec, out=out or sys.stderr)
+    return rec.exit_code or None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``jobs``, ``status``, ``cancel`` and ``logs`` to the main ``wml`` app."""
+    app.command("jobs")(jobs_cmd)
+    app.command("status")(status_cmd)
+    app.command("cancel")(cancel_cmd)
+    app.command("logs")(logs_cmd)
+
+
+# A stand-alone app with the same commands (python -m wmlce_tools.jobs.cli ...), for tests and
+# for trying them before they are registered in the main app.
+app = typer.Typer(name="wml-jobs", no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False)
+register(app)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    try:
+        app(args=argv, prog_name="wml")
+    except WmlError as e:
+        sys.stderr.write(f"wml: error: {e}\n")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("wml: interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
