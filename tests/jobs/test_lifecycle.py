@@ -243,3 +243,39 @@ def test_registry_trouble_is_one_line(run_wml, isolated_env, tmp_path):
         p = run_wml(*cmd)
         assert p.returncode == 2 and p.stderr.startswith("wml: error: ") and p.stderr.count("\n") == 1, p.stderr
         assert "Traceback" not in p.stderr
+
+
+def test_logs_follow_streams_until_the_job_ends(world):
+    rec = world.submitted("lsf", "701116", "summit")
+    world.set("701116", "RUN -")
+    out_path = Path(rec.output)
+
+    def job():
+        for i in range(3):
+            with open(out_path, "a") as f:
+                f.write(f"step {i}\n")
+            time.sleep(0.4)
+        world.set("701116", "DONE -")
+
+    t = threading.Thread(target=job)
+    t.start()
+    out, err = io.StringIO(), io.StringIO()
+    assert lifecycle.logs(rec, follow=True, out=out, err=err, registry=world.reg, poll_max=0.3) == 0
+    t.join()
+    # one header per file, as tail -f writes them (the error file stays empty here)
+    assert out.getvalue() == f"==> {rec.output} <==\nstep 0\nstep 1\nstep 2\n"
+    assert "wml: job 701116 COMPLETED with exit code 0" in err.getvalue()
+
+
+def test_logs_follow_stops_when_the_scheduler_forgets_the_job(world):
+    rec = world.submitted("lsf", "701117", "summit")      # bjobs: not found, no job report
+    Path(rec.output).write_text("partial\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert lifecycle.logs(rec, follow=True, out=out, err=err, registry=world.reg, poll_max=0.2) == 0
+    assert out.getvalue() == f"==> {rec.output} <==\npartial\n" and "no longer knows job 701117" in err.getvalue()
+
+
+def test_logs_without_output_yet(world):
+    rec = world.submitted("lsf", "701118", "summit")
+    with pytest.raises(WmlError, match="has no output yet; it will be in"):
+        lifecycle.logs(rec, out=io.StringIO())

@@ -316,6 +316,7 @@ def logs(record: JobRecord, follow: bool = False, out: TextIO = sys.stdout, err:
     offsets = {p: 0 for p in paths}
     announced = set()
     ends_line = [True]        # did the last text written end a line?
+    current = [None]          # the file whose text was written last (tail -f style headers)
 
     def drain() -> bool:
         wrote = False
@@ -332,9 +333,10 @@ def logs(record: JobRecord, follow: bool = False, out: TextIO = sys.stdout, err:
                 f.seek(offsets[p])
                 data = f.read()
             offsets[p] += len(data)
-            if show_headers and (data or p not in announced):
+            if show_headers and current[0] != p and (data or p not in announced):
                 out.write(("" if ends_line[0] else "\n") + f"==> {p} <==\n")
                 ends_line[0] = True
+                current[0] = p
             announced.add(p)
             if data:
                 out.write(data.decode(errors="replace"))
@@ -364,9 +366,16 @@ def logs(record: JobRecord, follow: bool = False, out: TextIO = sys.stdout, err:
                 check_every = min(check_every * POLL_GROWTH, poll_max)
                 if not rec.state.final:
                     try:
-                        rec = refresh(rec, registry)
+                        obs = observe(rec)
                     except SchedulerError as e:
                         err.write(f"wml: could not ask the scheduler ({e}); still following\n")
+                    else:
+                        if not obs.known:
+                            drain()
+                            err.write(f"wml: {rec.scheduler} no longer knows job {rec.job_id}; stopped following\n")
+                            return 0
+                        if obs.state != rec.state or (obs.exit_code is not None and obs.exit_code != rec.exit_code):
+                            rec = open_registry(registry).update_state(rec, obs.state, obs.exit_code)
                 if rec.state.final:
                     time.sleep(0.5)            # the job's last lines may still be on their way
                     drain()
