@@ -20,6 +20,7 @@ from mpi4py import MPI
 from .algorithms import Algorithms, Chain
 from .fusion import BucketSpec, Pool
 from .buffers import TensorRef, narrow, widen
+from .errors import DDLError
 from .timeline import LANES, TID_HOST, TID_MPI
 
 YIELD_AFTER_S = 50e-6
@@ -81,6 +82,7 @@ class Engine:
         self.watchdog = watchdog
         self.timeline = timeline
         self.max_inflight = max_inflight
+        self.oversubscribed = False  # set by the runtime: more ranks on this node than cores
         self.pool = Pool()
         self.queued: Deque[Bucket] = deque()
         self.active: List[Bucket] = []
@@ -176,26 +178,59 @@ class Engine:
 
     # -- waiting --------------------------------------------------------------------------
     def wait(self, condition: Callable[[], bool]) -> None:
-        """Poll until `condition()` holds, progressing everything in flight."""
+        """Until `condition()` holds: progress everything in flight, then block in MPI on the oldest
+        request (the watchdog thread watches meanwhile).  Without a watchdog thread, poll instead."""
         start = time.perf_counter()
-        spins = 0
-        while True:
-            self.progress()
-            if condition():
-                break
-            spins += 1
-            if spins & 15 == 0:
-                now = time.perf_counter()
-                waited = now - start
-                self.watchdog.check(waited, now)
-                if waited > 1.0:
-                    time.sleep(0.0005)  # a long wait: stop burning a core
-                elif waited > YIELD_AFTER_S:
-                    os.sched_yield()  # let an oversubscribed peer rank run
+        watchdog = self.watchdog
+        watchdog.waiting_since = start
+        try:
+            if watchdog.threaded:
+                while True:
+                    self.progress()
+                    if condition():
+                        break
+                    head = next((b.request for b in self.active if b.request is not None), None)
+                    if head is None:
+                        raise DDLError("internal error: waiting with nothing in flight")
+                    head.Wait()
+            else:
+                self._poll_until(condition, start)
+        finally:
+            watchdog.waiting_since = None
         if self.timeline.enabled:
             end = time.perf_counter()
             if end - start > 1e-4:
                 self.timeline.span("WAIT", TID_HOST, start, end)
 
+    def _poll_until(self, condition: Callable[[], bool], start: float) -> None:
+        spins = 0
+        while True:
+            self.progress()
+            if condition():
+                return
+            spins += 1
+            if spins & 15 == 0:
+                now = time.perf_counter()
+                waited = now - start
+                self.watchdog.check(now)
+                if waited > 1.0:
+                    time.sleep(0.0005)  # a long wait: stop burning a core
+                elif self.oversubscribed and waited > YIELD_AFTER_S:
+                    os.sched_yield()  # more ranks than cores here: let a peer rank run
+
     def wait_request(self, request: MPI.Request) -> None:
-        self.wait(request.Test)
+        """Wait for one request that is not a bucket (agreement, bcast, allgather)."""
+        self.wait_requests([request])
+
+    def wait_requests(self, requests: List[MPI.Request]) -> None:
+        """Block in MPI when nothing else is in flight; otherwise keep the buckets moving too."""
+        start = time.perf_counter()
+        watchdog = self.watchdog
+        watchdog.waiting_since = start
+        try:
+            if watchdog.threaded and not self.active and not self.queued:
+                MPI.Request.Waitall(requests)
+            else:
+                self._poll_until(lambda: MPI.Request.Testall(requests), start)
+        finally:
+            watchdog.waiting_since = None

@@ -9,6 +9,7 @@ def set_rank(rank: int, size: int) -> None:
     _prefix = f"ddl_runtime: rank {rank}/{size}"
 
 
-def log(message: str) -> None:
-    sys.stderr.write(f"{_prefix}: {message}\n")
+def log(message: str, before: str = "") -> None:
+    """Write `before` (e.g. a traceback) and the message in one write, so they arrive together."""
+    sys.stderr.write(f"{before}{_prefix}: {message}\n")
     sys.stderr.flush()

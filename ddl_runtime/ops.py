@@ -319,7 +319,7 @@ def bcast_n(tensors: Sequence[Any], root: int = 0, names: Optional[Sequence[str]
     _agree(rt, what, signature)
     t0 = _now()
     requests = [rt.control.Ibcast([r.flat.view(np.uint8), MPI.BYTE], root=root) for r in refs if r.numel]
-    rt.engine.wait(lambda: MPI.Request.Testall(requests))
+    rt.engine.wait_requests(requests)
     if rt.timeline.enabled:
         rt.timeline.span("BCAST", TID_MPI, t0, _now(), {"bytes": sum(r.nbytes for r in refs), "root": root})
     rt.timeline.end("bcast")

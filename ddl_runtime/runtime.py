@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import time
 import traceback
@@ -28,6 +29,7 @@ from .watchdog import Watchdog
 
 DEFAULT_FUSION_MB = 4.0
 MAX_INFLIGHT = 2
+ABORT_GRACE_S = 0.2
 
 
 @dataclass
@@ -60,6 +62,9 @@ class Runtime:
         self.timeline = Timeline(self.env.timeline, self.rank, self.size, epoch) if self.env.timeline else NullTimeline()
         self.watchdog = Watchdog(self.side, self.env.stall_warning_s, self.env.stall_shutdown_s, self.abort)
         self.engine = Engine(algorithms, self.watchdog, self.timeline, MAX_INFLIGHT)
+        self.engine.oversubscribed = self._ranks_on_host() > _cores()
+        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            self.watchdog.start_thread()  # else the engine polls and runs the checks itself
         self.algorithms = algorithms
         self.plans: dict = {}
         self.finalized = False
@@ -109,21 +114,31 @@ class Runtime:
             comm.Free()
         return topo, Algorithms(flat, levels, comms[-1])
 
+    def _ranks_on_host(self) -> int:
+        host = self.world.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        try:
+            return host.Get_size()
+        finally:
+            host.Free()
+
     def _select_gpu(self) -> None:
         torch = sys.modules.get("torch")
         if self.local_gpuid is not None and torch is not None and torch.cuda.is_available():
             torch.cuda.set_device(self.local_gpuid)
 
     # -- faults ---------------------------------------------------------------------------
-    def abort(self, message: str, code: int = 1) -> None:
+    def abort(self, message: str, code: int = 1, detail: str = "") -> None:
+        """Log once, flush the timeline, give the launcher a moment to forward output, MPI_Abort."""
         if not self.aborting:
             self.aborting = True
-            _log.log(f"{message}; aborting the job")
+            _log.log(f"{message}; aborting the job", before=detail)
             try:
                 self.timeline.flush()
             except Exception:  # noqa: BLE001 - the abort must happen regardless
                 pass
+            time.sleep(ABORT_GRACE_S)  # mpiexec forwards output asynchronously and stops at the abort
         self.world.Abort(code)
+        os._exit(code)  # MPICH's MPI_Abort may return before the launcher kills us: never run on
 
     # -- shutdown -------------------------------------------------------------------------
     def finalize(self, timeout_s: float = 30.0) -> None:
@@ -132,6 +147,7 @@ class Runtime:
         self.finalized = True
         if self.engine.active or self.engine.queued:
             self.engine.wait(lambda: not (self.engine.active or self.engine.queued))
+        self.watchdog.stop_thread()
         self.watchdog.announce_exit()
         missing = self.watchdog.wait_for_exits(timeout_s)
         if missing:
@@ -151,6 +167,13 @@ class Runtime:
             yield a.top
         yield self.control
         yield self.side
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 _runtime: Optional[Runtime] = None
@@ -196,9 +219,8 @@ def _install_hooks() -> None:
             previous(kind, value, tb)
             return
         text = "".join(traceback.format_exception(kind, value, tb))
-        sys.stderr.write(text)
         summary = f"{kind.__name__}: {value}".splitlines()[0] if str(value) else kind.__name__
-        rt.abort(f"uncaught exception: {summary}")
+        rt.abort(f"uncaught exception: {summary}", detail=text)
 
     sys.excepthook = excepthook
     atexit.register(_at_exit)

@@ -1,20 +1,23 @@
 """The stall inspector and exit announcements, over a side-channel communicator.
 
-Every collective waits by polling (never a blocking MPI wait), and the waiting loop calls
-`Watchdog.check`.  The side channel is a duplicate of COMM_WORLD carrying small pickled
-point-to-point messages, all on one tag so MPI's per-sender ordering holds:
+A watchdog thread (MPI_THREAD_MULTIPLE) wakes every few milliseconds while the main thread
+waits inside MPI; with a lower thread level the engine polls and calls `check` itself.
+The side channel is a duplicate of COMM_WORLD that only the watchdog uses, carrying small
+pickled point-to-point messages on one tag (so MPI's per-sender ordering holds):
 
-* census: a rank that has waited `DDL_STALL_WARNING_S` asks every other rank where it is.
-  A rank answers only from inside a ddl_runtime wait, so ranks busy elsewhere (computing,
-  hung, dead) stay silent: they are the ones that have not arrived.  After a short grace
-  period the lowest-numbered waiting rank logs who arrived, who is waiting in a different
-  collective, and who is silent.  After `DDL_STALL_SHUTDOWN_S` the rank aborts the job.
-* exit: a rank that finalizes (explicitly or at interpreter exit) tells every rank how
-  many collectives it finished.  A rank waiting in a collective that the exiting rank
-  never joined aborts at once instead of waiting forever.
+* census: a rank whose main thread has waited `DDL_STALL_WARNING_S` in a collective asks
+  every other rank where it is.  Each answers with its collective number, the collective's
+  description and whether it is waiting in it.  After a short grace period the
+  lowest-numbered waiting rank logs one line: who waits in this collective, who has not
+  arrived (busy outside ddl_runtime, or silent: hung hard or dead), who waits elsewhere.
+  After `DDL_STALL_SHUTDOWN_S` the rank aborts the job.
+* exit: a rank that finalizes (explicitly or at interpreter exit) tells every rank how many
+  collectives it entered.  A rank waiting in a later collective aborts at once instead of
+  waiting for a rank that will never come.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -26,6 +29,8 @@ from .log import log
 TAG = 7177
 POLL_INTERVAL_S = 0.005
 
+State = Tuple[int, str, bool]  # (collective number, description, waiting in it)
+
 
 @dataclass
 class Census:
@@ -33,7 +38,7 @@ class Census:
     seq: int
     what: str
     deadline: float
-    replies: Dict[int, Tuple[int, str]] = field(default_factory=dict)
+    replies: Dict[int, State] = field(default_factory=dict)
     reported: bool = False
 
 
@@ -45,45 +50,78 @@ class Watchdog:
         self.warning_s = warning_s
         self.shutdown_s = shutdown_s
         self.abort = abort  # callable(message) -> never returns
-        self.seq = 0  # collectives this rank has entered (finalize waits for them to finish)
+        self.seq = 0  # collectives this rank has entered
         self.what = ""
+        self.waiting_since: Optional[float] = None  # main thread blocked in the current collective since
         self.exited: Dict[int, int] = {}
         self.census: Optional[Census] = None
         self._census_counter = 0
+        self._census_for: Optional[float] = None  # the wait the current census is about
         self._sends: List[MPI.Request] = []
         self._next_poll = 0.0
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
         self.closed = False
 
-    # -- bookkeeping by the runtime -------------------------------------------------------
+    # -- bookkeeping by the main thread ---------------------------------------------------
     def start(self, what: str) -> int:
-        self.seq += 1
         self.what = what
-        self.census = None
+        self.seq += 1
         return self.seq
 
-    # -- called from every waiting loop ---------------------------------------------------
-    def check(self, waited: float, now: float) -> None:
+    def start_thread(self) -> None:
+        if self.size > 1:
+            self._thread = threading.Thread(target=self._run, name="ddl_runtime-watchdog", daemon=True)
+            self._thread.start()
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_INTERVAL_S):
+            try:
+                self.check(time.perf_counter())
+            except Exception as exc:  # noqa: BLE001 - report, never take the job down silently
+                log(f"watchdog stopped: {type(exc).__name__}: {exc}")
+                return
+
+    def stop_thread(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    # -- the check (watchdog thread, or the main thread's polling loop) -------------------
+    def check(self, now: float) -> None:
         if self.closed or self.size == 1:
             return
-        if now >= self._next_poll:
+        if not self.threaded:
+            if now < self._next_poll:
+                return
             self._next_poll = now + POLL_INTERVAL_S
-            self.poll(answer=True)
-            for rank, finished in self.exited.items():
-                if finished < self.seq:
-                    self.abort(
-                        f"rank {rank} left (finalize or exit) after {finished} collectives while this rank waits in "
-                        f"{self.what} (collective #{self.seq}); rank {rank} will never join it"
-                    )
+        self.poll(answer=True)
+        since = self.waiting_since
+        if since is None:
+            return
+        seq, what = self.seq, self.what
+        for rank, entered in self.exited.items():
+            if entered < seq:
+                self.abort(f"rank {rank} left (finalize or exit) after {entered} collectives while this rank "
+                           f"waits in {what} (collective #{seq}); rank {rank} will never join it")
+        waited = now - since
         threshold = self.warning_s if self.shutdown_s is None else min(self.warning_s, self.shutdown_s)
-        if waited >= threshold and self.census is None:
-            self._start_census(now)
+        if waited >= threshold and self._census_for != since:
+            self._census_for = since
+            self._start_census(now, seq, what)
         census = self.census
-        if census is not None and not census.reported and now >= census.deadline:
+        if census is not None and self._census_for == since and not census.reported and now >= census.deadline:
             census.reported = True
             if self._lowest_waiting(census):
                 log(f"stall: {self._report(census, waited)}")
         if self.shutdown_s is not None and waited >= self.shutdown_s:
-            summary = self._report(census, waited) if census else f"{self.what} waited {waited:.1f} s"
+            summary = self._report(census, waited) if census is not None and self._census_for == since \
+                else f"{what} (collective #{seq}) has waited {waited:.1f} s"
             self.abort(f"stall: aborting after DDL_STALL_SHUTDOWN_S={self.shutdown_s:g}: {summary}")
 
     def poll(self, answer: bool) -> None:
@@ -93,17 +131,18 @@ class Watchdog:
             kind, sender = message[0], message[1]
             if kind == "census?":
                 if answer:
-                    self._send(sender, ("census!", self.rank, message[2], self.seq, self.what))
+                    state = (self.seq, self.what, self.waiting_since is not None)
+                    self._send(sender, ("census!", self.rank, message[2], state))
             elif kind == "census!":
                 census = self.census
                 if census is not None and message[2] == census.ident:
-                    census.replies[sender] = (message[3], message[4])
+                    census.replies[sender] = tuple(message[3])
             elif kind == "exit":
                 self.exited[sender] = message[2]
         if self._sends:
             self._sends = [r for r in self._sends if not r.Test()]
 
-    # -- finalize -------------------------------------------------------------------------
+    # -- finalize (main thread, after stop_thread) ----------------------------------------
     def announce_exit(self) -> None:
         for dest in range(self.size):
             if dest != self.rank:
@@ -127,32 +166,35 @@ class Watchdog:
     def _send(self, dest: int, message: tuple) -> None:
         self._sends.append(self.comm.isend(message, dest=dest, tag=TAG))
 
-    def _start_census(self, now: float) -> None:
+    def _start_census(self, now: float, seq: int, what: str) -> None:
         self._census_counter += 1
         ident = self._census_counter * self.size + self.rank
         grace = min(2.0, max(0.2, self.warning_s / 4))
-        self.census = Census(ident, self.seq, self.what, now + grace)
-        self.census.replies[self.rank] = (self.seq, self.what)
+        self.census = Census(ident, seq, what, now + grace)
+        self.census.replies[self.rank] = (seq, what, True)
         for dest in range(self.size):
             if dest != self.rank:
                 self._send(dest, ("census?", self.rank, ident))
 
     def _lowest_waiting(self, census: Census) -> bool:
-        same = [r for r, state in census.replies.items() if state == (census.seq, census.what)]
+        same = [r for r, state in census.replies.items() if state == (census.seq, census.what, True)]
         return min(same) == self.rank
 
     def _report(self, census: Census, waited: float) -> str:
-        here = sorted(r for r, s in census.replies.items() if s == (census.seq, census.what))
-        elsewhere = sorted((r, s) for r, s in census.replies.items() if s != (census.seq, census.what))
-        silent = [r for r in range(self.size) if r not in census.replies]
+        mine = (census.seq, census.what, True)
+        here = sorted(r for r, s in census.replies.items() if s == mine)
+        busy = sorted((r, s) for r, s in census.replies.items() if not s[2])
+        elsewhere = sorted((r, s) for r, s in census.replies.items() if s[2] and s != mine)
+        silent = [r for r in range(self.size) if r not in census.replies and r not in self.exited]
+        missing = [f"rank {r} (busy outside ddl_runtime after collective #{s[0]})" for r, s in busy]
+        missing += [f"rank {r} (silent: hung or dead)" for r in silent]
         parts = [f"{census.what} (collective #{census.seq}) has waited {waited:.1f} s",
-                 f"not arrived: {_list(silent) if silent else 'none'}",
+                 "not arrived: " + (", ".join(missing) if missing else "none"),
                  f"waiting in it: {_list(here)}"]
         if elsewhere:
-            parts.append("elsewhere: " + ", ".join(f"rank {r} in {w} (#{s})" for r, (s, w) in elsewhere))
-        exited = sorted(self.exited)
-        if exited:
-            parts.append(f"finalized: {_list(exited)}")
+            parts.append("waiting elsewhere: " + ", ".join(f"rank {r} in {s[1]} (#{s[0]})" for r, s in elsewhere))
+        if self.exited:
+            parts.append(f"finalized: {_list(sorted(self.exited))}")
         return "; ".join(parts)
 
 

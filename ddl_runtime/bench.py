@@ -1,0 +1,219 @@
+"""Allreduce benchmark: `mpiexec -n 2 python -m ddl_runtime.bench` (also `wml bench allreduce`).
+
+Two parts, printed by rank 0 as Markdown:
+1. an nccl-tests style sweep over message sizes (bytes, count, time, algbw, busbw) for
+   ddl_runtime.allreduce and for one mpi4py Allreduce, float32, in place;
+2. ResNet-50's 161 gradient tensors (25.6 M float32) reduced by ddl_runtime.allreduce_n, by one
+   mpi4py Allreduce per tensor, by one Allreduce of a pre-fused buffer (packing not counted),
+   and by torch.distributed gloo all_reduce per tensor (when torch is installed).
+Methods are interleaved round by round and medians reported, so ratios come from one run on
+a shared, noisy machine.  algbw = bytes / time; busbw = algbw * 2(n-1)/n.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from . import ops as ddl
+from . import runtime as _runtime
+from .resnet50 import resnet50_shapes
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_bytes(text: str) -> int:
+    text = text.strip().upper().rstrip("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    return int(float(text[: len(text) - len(unit)]) * UNITS[unit])
+
+
+def human(n: float) -> str:
+    for unit in ("", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:g} {unit}B" if unit else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def timed(comm: MPI.Comm, fn: Callable[[], None], iters: int) -> float:
+    """Mean seconds per call over `iters` calls, started together, slowest rank counts."""
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    elapsed = (time.perf_counter() - start) / iters
+    return comm.allreduce(elapsed, op=MPI.MAX)
+
+
+def sweep(comm: MPI.Comm, sizes: List[int], budget_s: float) -> List[dict]:
+    n = comm.Get_size()
+    rows = []
+    for nbytes in sizes:
+        count = max(1, nbytes // 4)
+        buf = np.ones(count, np.float32)
+        results = {}
+        for name, fn in (("ddl", lambda: ddl.allreduce(buf, name="sweep")),
+                         ("mpi4py", lambda: comm.Allreduce(MPI.IN_PLACE, buf))):
+            fn()  # warm-up (and the plan cache)
+            first = timed(comm, fn, 1)
+            iters = int(max(3, min(200, budget_s / max(first, 1e-6))))
+            iters = comm.bcast(iters, root=0)
+            results[name] = min(timed(comm, fn, iters) for _ in range(3))
+        row = {"bytes": count * 4, "count": count}
+        for name, t in results.items():
+            algbw = row["bytes"] / t / 1e9
+            row[name] = {"us": t * 1e6, "algbw": algbw, "busbw": algbw * 2 * (n - 1) / n if n > 1 else 0.0}
+        rows.append(row)
+    return rows
+
+
+class Gloo:
+    """torch.distributed gloo, bootstrapped over MPI (rank 0 opens a TCPStore on a free port)."""
+
+    def __init__(self, comm: MPI.Comm):
+        import socket
+
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        host = "127.0.0.1" if comm.Get_size() == MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_size() else socket.gethostname()
+        if comm.Get_rank() == 0:
+            store = dist.TCPStore(host, 0, comm.Get_size(), is_master=True)
+            port = store.port
+        port = comm.bcast(port if comm.Get_rank() == 0 else None, root=0)
+        if comm.Get_rank() != 0:
+            store = dist.TCPStore(host, port, comm.Get_size(), is_master=False)
+        dist.init_process_group("gloo", store=store, rank=comm.Get_rank(), world_size=comm.Get_size())
+
+
+def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb: List[float]) -> dict:
+    shapes = resnet50_shapes()
+    names = [name for name, _ in shapes]
+    arrays = [np.full(math.prod(s), 1.0, np.float32).reshape(s) for _, s in shapes]
+    fused = np.ones(sum(a.size for a in arrays), np.float32)
+    rt = _runtime.current()
+    default_bytes = rt.fusion_bytes
+    methods: Dict[str, Callable[[], None]] = {}
+
+    def ddl_n(fusion_bytes: int):
+        def run():
+            rt.fusion_bytes = fusion_bytes
+            ddl.allreduce_n(arrays, op="sum", names=names)
+        return run
+
+    methods["ddl allreduce_n"] = ddl_n(default_bytes)
+    for mb in fusion_mb:
+        methods[f"ddl allreduce_n, {mb:g} MB buckets"] = ddl_n(int(mb * (1 << 20)))
+    methods["mpi4py Allreduce per tensor"] = lambda: [comm.Allreduce(MPI.IN_PLACE, a) for a in arrays]
+    methods["mpi4py Allreduce, one pre-fused buffer"] = lambda: comm.Allreduce(MPI.IN_PLACE, fused)
+    if with_gloo:
+        gloo = Gloo(comm)
+        tensors = [gloo.torch.from_numpy(a.copy()) for a in arrays]
+        methods["torch.distributed gloo all_reduce per tensor"] = lambda: [gloo.dist.all_reduce(t) for t in tensors]
+    for fn in methods.values():
+        fn()  # warm-up
+    samples: Dict[str, List[float]] = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            samples[name].append(timed(comm, fn, iters))
+    rt.fusion_bytes = default_bytes
+    if with_gloo:
+        gloo.dist.destroy_process_group()
+    medians = {name: statistics.median(ts) for name, ts in samples.items()}
+    return {"tensors": len(arrays), "values": int(fused.size), "bytes": int(fused.nbytes),
+            "fusion_mb": default_bytes / (1 << 20), "median_s": medians,
+            "min_s": {name: min(ts) for name, ts in samples.items()}, "samples_s": samples}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if models:
+            cpu = f"{models[0]} x {len(models)} logical CPUs"
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}, {cpu}, Python {platform.python_version()}, " \
+           f"{MPI.Get_library_version().splitlines()[0].strip()}, mpi4py {__import__('mpi4py').__version__}"
+
+
+def markdown(report: dict) -> str:
+    out = [f"Machine: {report['machine']}  ", f"Ranks: {report['ranks']} ({report['algorithm']} algorithm)  ",
+           f"Command: `{report['command']}`", ""]
+    if report.get("sweep"):
+        out += ["| bytes | count | ddl time (us) | ddl algbw (GB/s) | ddl busbw (GB/s) | mpi4py time (us) | mpi4py busbw (GB/s) |",
+                "|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in report["sweep"]:
+            d, m = row["ddl"], row["mpi4py"]
+            out.append(f"| {row['bytes']} | {row['count']} | {d['us']:.1f} | {d['algbw']:.3f} | {d['busbw']:.3f} "
+                       f"| {m['us']:.1f} | {m['busbw']:.3f} |")
+        out.append("")
+    if report.get("resnet"):
+        r = report["resnet"]
+        base = r["median_s"]["ddl allreduce_n"]
+        out += [f"ResNet-50 gradients: {r['tensors']} tensors, {r['values']:,} float32 ({human(r['bytes'])}); "
+                f"default buckets {r['fusion_mb']:g} MB; median of {len(next(iter(r['samples_s'].values())))} rounds",
+                "", "| method | median (ms) | best (ms) | time / allreduce_n |", "|---|---:|---:|---:|"]
+        for name, t in r["median_s"].items():
+            out.append(f"| {name} | {t * 1e3:.2f} | {r['min_s'][name] * 1e3:.2f} | {t / base:.2f}x |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddl_runtime.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("-b", "--min-bytes", default="4", help="smallest message (default 4)")
+    parser.add_argument("-e", "--max-bytes", default="256M", help="largest message (default 256M)")
+    parser.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows (default 4)")
+    parser.add_argument("--budget", type=float, default=0.2, help="seconds per size and method (default 0.2)")
+    parser.add_argument("--repeats", type=int, default=7, help="ResNet-50 rounds (default 7)")
+    parser.add_argument("--iters", type=int, default=5, help="ResNet-50 calls per round (default 5)")
+    parser.add_argument("--fusion-mb", default="", help="also time allreduce_n with these bucket sizes, e.g. 1,2,4,8,16")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the message-size sweep")
+    parser.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 gradient set")
+    parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed gloo")
+    parser.add_argument("--json", help="also write the raw results here (rank 0)")
+    args = parser.parse_args(argv)
+    if args.factor < 2:
+        parser.error("--factor must be at least 2")
+    ddl.init()
+    comm = MPI.COMM_WORLD
+    sizes, nbytes = [], max(4, parse_bytes(args.min_bytes))
+    while nbytes <= parse_bytes(args.max_bytes):
+        sizes.append(nbytes)
+        nbytes *= args.factor
+    with_gloo = not args.no_gloo
+    if with_gloo:
+        try:
+            import torch.distributed  # noqa: F401
+        except ImportError:
+            with_gloo = False
+    report = {"machine": machine(), "ranks": comm.Get_size(), "algorithm": ddl.algorithm(),
+              "command": f"mpiexec -n {comm.Get_size()} python -m ddl_runtime.bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    if not args.no_sweep:
+        report["sweep"] = sweep(comm, sizes, args.budget)
+    if not args.no_resnet:
+        fusion = [float(x) for x in args.fusion_mb.split(",") if x.strip()]
+        report["resnet"] = resnet(comm, args.repeats, args.iters, with_gloo, fusion)
+    if comm.Get_rank() == 0:
+        sys.stdout.write(markdown(report) + "\n")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+    ddl.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
