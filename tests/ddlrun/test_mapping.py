@@ -30,9 +30,8 @@ def split(result):
     assert argv[shim_at] == sys.executable and argv[shim_at + 1] == "-m"
     dash = argv.index("--", shim_at)
     shim = argv[shim_at + 3:dash]
-    settings = dict(zip(shim[::2], shim[1::2])) if "--prefix" not in shim else \
-        dict(zip([w for w in shim if w != "--prefix"][::2], [w for w in shim if w != "--prefix"][1::2]))
-    settings["prefix"] = "--prefix" in shim
+    settings = dict(zip(shim[::2], shim[1::2]))
+    assert len(settings) * 2 == len(shim), shim
     return argv[:shim_at], settings, argv[dash + 1:]
 
 
@@ -42,7 +41,7 @@ def test_summit_one_rank_per_gpu(ddlrun):
     # OLCF's one-rank-per-GPU form; 2 compute nodes (the batch node is not one of them)
     assert launch == ["jsrun", "-n", "12", "-a", "1", "-c", "7", "-g", "1", "-r", "6", "-b", "packed:7", "-d", "packed"]
     assert shim["--size"] == "12" and shim["--ranks-per-node"] == "6" and shim["--binding"] == "per-rank"
-    assert shim["--gpus"] == "0;1;2;3;4;5" and shim["--mode"] == "p:6x2x1x1" and shim["prefix"]
+    assert shim["--gpus"] == "0;1;2;3;4;5" and shim["--mode"] == "p:6x2x1x1" and shim["--output"] == "prefixed"
     assert program == ["python", "train.py", "--lr", "0.1"]
 
 

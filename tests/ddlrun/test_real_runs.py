@@ -130,12 +130,14 @@ def test_forwarded_variables_and_no_prefix(ddlrun, mpi, tmp_path):
     assert all(l.startswith("ENV ") for l in r.stdout.splitlines() if "ENV " in l)
 
 
-def test_prefixed_lines_never_mix(ddlrun):
-    r = ddlrun("-n", "2", "python", SHOW, env={"LINES": "400"})
+@pytest.mark.parametrize("prefix", [True, False])
+def test_output_lines_never_mix(ddlrun, prefix):
+    r = ddlrun("-n", "2", *([] if prefix else ["--no-prefix"]), "python", SHOW, env={"LINES": "400"})
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if "line-" in l]
     assert len(lines) == 800
-    bad = [l for l in lines if not re.fullmatch(r"\[(\d)\] line-\1-\d+-x{200}", l)]
+    pattern = r"\[(\d)\] line-\1-\d+-x{200}" if prefix else r"line-\d-\d+-x{200}"
+    bad = [l for l in lines if not re.fullmatch(pattern, l)]
     assert not bad, bad[:3]
 
 

@@ -74,7 +74,7 @@ class LaunchPlan:
     exports: Tuple[Tuple[str, str], ...]
     master_addr: str
     master_port: int
-    prefix: bool
+    output: str                          # the shim's --output: direct, lines or prefixed
     placement: Optional[str]             # rankfile / ERF text, when the launch needs one
     program: Tuple[str, ...]
     timeline: Optional[str]
@@ -100,8 +100,7 @@ class LaunchPlan:
             argv += ["--emulate-nodes", str(lay.nodes)]
         if self.timeline:
             argv += ["--timeline", self.timeline]
-        if self.prefix:
-            argv.append("--prefix")
+        argv += ["--output", self.output]
         if status_dir:
             argv += ["--status-dir", status_dir]
         return argv + ["--", *self.program]
@@ -280,6 +279,6 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
                       mpi_flavor=flavor, launcher_exe=exe, exports=exports,
                       master_addr=node_hosts[0], master_port=master_port(env),
-                      prefix=opts.prefix and layout.size > 1,
+                      output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs)

@@ -11,8 +11,10 @@ rank's GPUs, as indices into what the node already exposes; left alone when the 
 already narrowed it to this rank's share), DDL_GPU_BINDING, DDL_LAYOUT_GPUS (this node's GPU
 lists per local rank), DDL_OPTIONS (``-mode ...``, other words the user set are kept),
 DDL_EMULATE_NODES, DDL_TIMELINE, the torchrun variables, and PYTHONUNBUFFERED=1 unless set
-(output appears as it is printed).  With ``--prefix`` every line of output is written as
-``[rank] line`` in one write, so lines of different ranks never mix.  With ``--status-dir``
+(output appears as it is printed).  ``--output`` says how the program's output is passed on:
+``direct`` (the program writes to the launcher itself; one rank, so a terminal stays a
+terminal), ``lines`` (read line by line and each line written in one write, so lines of
+different ranks never mix) or ``prefixed`` (the same, as ``[rank] line``).  With ``--status-dir``
 the exit status is written to ``<dir>/<rank>`` so ddlrun can report the first failing rank.
 
 Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts on every rank.
@@ -160,8 +162,11 @@ def _pump(src, fd: int, tag: bytes) -> None:
     src.close()
 
 
-def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, prefix: bool) -> int:
-    pipe = subprocess.PIPE if prefix else None
+OUTPUT_MODES = ("direct", "lines", "prefixed")
+
+
+def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, output: str) -> int:
+    pipe = None if output == "direct" else subprocess.PIPE
     try:
         child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
                                  close_fds=False, preexec_fn=KILL_ON_PARENT_DEATH)
@@ -172,8 +177,8 @@ def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, prefi
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     pumps = []
-    if prefix:
-        tag = f"[{rank}] ".encode()
+    if pipe is not None:
+        tag = f"[{rank}] ".encode() if output == "prefixed" else b""
         for src, fd in ((child.stdout, 1), (child.stderr, 2)):
             t = threading.Thread(target=_pump, args=(src, fd, tag), daemon=True)
             t.start()
@@ -194,7 +199,7 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     p.add_argument("--master", required=True)
     p.add_argument("--emulate-nodes", type=int)
     p.add_argument("--timeline")
-    p.add_argument("--prefix", action="store_true")
+    p.add_argument("--output", choices=OUTPUT_MODES, default="direct")
     p.add_argument("--status-dir")
     p.add_argument("program", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
@@ -203,7 +208,7 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     s = RankSettings(size=a.size, ranks_per_node=a.ranks_per_node, binding=a.binding,
                      node_gpus=parse_gpus(a.gpus), mode=a.mode, master_addr=addr, master_port=int(port),
                      emulate_nodes=a.emulate_nodes, timeline=a.timeline)
-    return s, a.prefix, a.status_dir, program
+    return s, a.output, a.status_dir, program
 
 
 def _write_status(status_dir: str, rank: int, code: int) -> None:
@@ -217,14 +222,14 @@ def _write_status(status_dir: str, rank: int, code: int) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    settings, prefix, status_dir, program = _parse(sys.argv[1:] if argv is None else argv)
+    settings, output, status_dir, program = _parse(sys.argv[1:] if argv is None else argv)
     rank = -1
     try:
         if not program:
             raise ShimError("no program given")
         env = rank_environment(settings, os.environ)
         rank = int(env["RANK"])
-        code = run_program(program, env, rank, prefix)
+        code = run_program(program, env, rank, output)
     except ShimError as e:
         sys.stderr.write(f"ddlrun: error: {e}\n")
         code = e.code
