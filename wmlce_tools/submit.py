@@ -5,6 +5,7 @@ and a script the scheduler refused is kept there so the user can read it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -12,9 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .errors import WmlError
 from .jobscript import JobPlan
@@ -80,11 +81,33 @@ def write_jobdir(plan: JobPlan, script: str) -> Path:
             "output": plan.output, "error": plan.error, "submit_command": submit_command_text(plan),
         }
         (tmp / "plan.json").write_text(json.dumps(meta, indent=2) + "\n")
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise JobdirTaken(str(final)) from None
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+class JobdirTaken(Exception):
+    """Another wml process created the same job directory first (same name, same second)."""
+
+
+def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
+    """The same job in a fresh job directory (default output paths move with it)."""
+    from .jobscript import render_script
+
+    name = plan.request.job_name
+    jobdir = new_jobdir(plan.jobdir.parent, name)
+    out, err = plan.scheduler.output_paths(jobdir, name)
+    output = plan.request.output or out
+    error = plan.request.error or (plan.request.output if plan.request.output else err)
+    plan = replace(plan, jobdir=jobdir, output=output, error=error)
+    return plan, render_script(plan)
 
 
 def _run_submit(plan: JobPlan) -> str:
@@ -132,7 +155,15 @@ def _run_local(plan: JobPlan, out: Callable[[str], None]) -> tuple[str, int]:
 
 
 def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.write) -> SubmitResult:
-    write_jobdir(plan, script)
+    for attempt in range(20):
+        try:
+            write_jobdir(plan, script)
+            break
+        except JobdirTaken:
+            if attempt == 19:
+                raise WmlError(f"could not create a job directory under {plan.jobdir.parent}: "
+                               "every name was taken by other wml processes") from None
+            plan, script = _replan(plan)   # two `wml submit` in the same second: both get a directory
     exit_code = None
     if plan.site.scheduler == "local":
         job_id, exit_code = _run_local(plan, out)
