@@ -29,8 +29,7 @@ if a.sleep:
     time.sleep(a.sleep)
 if a.fail_rank is not None and R == a.fail_rank:
     print(f"DDLCHECK-FAIL rank {R} exits {a.exit_code} on purpose", flush=True)
-    sys.stdout.flush()
-    os._exit(a.exit_code)
+    sys.exit(a.exit_code)
 
 ones = np.full(1000, float(R + 1), dtype=np.float32)
 ramp = np.arange(17, dtype=np.float64) * R
