@@ -279,3 +279,19 @@ def test_logs_without_output_yet(world):
     rec = world.submitted("lsf", "701118", "summit")
     with pytest.raises(WmlError, match="has no output yet; it will be in"):
         lifecycle.logs(rec, out=io.StringIO())
+
+
+def test_local_submits_at_once_are_all_recorded(isolated_env, tmp_path):
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-m", "wmlce_tools", "submit", "--site", "local", "--json", "true"],
+                              cwd=tmp_path, env=isolated_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [o[1][-500:] for o in outs]
+    assert not any("Traceback" in o[1] for o in outs)
+    dirs = {json.loads(o[0])["jobdir"] for o in outs}
+    assert len(dirs) == 4
+    reg = Registry(Path(isolated_env["XDG_DATA_HOME"]) / "wml" / "jobs.sqlite")
+    assert sorted(r.job_dir for r in reg.list()) == sorted(dirs)

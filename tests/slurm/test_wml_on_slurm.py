@@ -358,13 +358,15 @@ def test_a_job_the_scheduler_never_knew_is_unknown(wml, tmp_path):
     assert "987654 (ghost, local-slurm): UNKNOWN" in wml("status", "987654", check=True).stdout
 
 
-def test_two_submits_at_once_are_both_recorded(wml, tmp_path):
+def test_submits_at_once_are_all_recorded(wml, tmp_path):
     argv = [sys.executable, "-m", "wmlce_tools", "submit", "--site", "local-slurm", "-t", "5", "--json", "true"]
-    procs = [subprocess.Popen(argv + [], cwd=tmp_path, text=True, env={**wml.base_env, **wml.env},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [subprocess.Popen(argv, cwd=tmp_path, text=True, env={**wml.base_env, **wml.env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     ids = sorted(json.loads(o[0])["job_id"] for o in outs)
-    assert len(set(ids)) == 2
+    assert len(set(ids)) == 3
     assert sorted(j["job_id"] for j in wml.jobs()) == ids
-    assert len({json.loads(o[0])["script"] for o in outs}) == 2     # two job directories
+    # same name, same second: each still got its own job directory and output file
+    assert len({json.loads(o[0])["script"] for o in outs}) == 3
+    assert len({json.loads(o[0])["output"] for o in outs}) == 3
