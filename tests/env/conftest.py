@@ -8,12 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
+from env_helpers import Cli  # noqa: E402
 from local_channel import build_channel, build_wheel  # noqa: E402
 
-from wmlce_tools.env.cli import _standalone  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -88,30 +87,9 @@ def spec_file(write_spec) -> Path:
     return write_spec()
 
 
-class Cli:
-    """Runs the env/module typer apps in-process (CliRunner)."""
-
-    def __init__(self) -> None:
-        self.app = _standalone()
-        self.runner = CliRunner()
-
-    def __call__(self, *args: str, ok: bool = True):
-        result = self.runner.invoke(self.app, [str(a) for a in args])
-        if ok and result.exit_code != 0:
-            raise AssertionError(f"wml {' '.join(map(str, args))} failed ({result.exit_code}):\n"
-                                 f"{result.output}\n{result.exception!r}")
-        return result
-
-
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
-
-
-def run_wml(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
-    """The standalone CLI in a real subprocess (what a user sees, exit status included)."""
-    return subprocess.run([sys.executable, "-m", "wmlce_tools.env.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env or dict(os.environ), **kw)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_wml
+from env_helpers import run_wml
 
 
 def pip_into(prefix: Path, *args: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_wml
+from env_helpers import run_wml
 
 
 def _staging_leftovers(parent: Path) -> list[Path]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_wml
+from env_helpers import run_wml
 
 
 def test_lock_both_platforms_parsed_by_conda_lock(lockfile: Path, channel_url: str):

@@ -6,7 +6,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from conftest import run_wml
+from env_helpers import run_wml
 
 
 def test_verify_ok(created_env: Path, cli):
