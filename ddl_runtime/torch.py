@@ -626,7 +626,8 @@ class _DistributedOptimizerMixin:
                     p.grad = p.grad.contiguous()
                 present.append(True)
                 tensors.append(p.grad)
-        flags = torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype)
+        flags = torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype,
+                             device=bucket.params[0].device)
         bucket.present = present
         bucket.flags = flags
         names = [f"grad:{self._ddl_names[p]}" for p in bucket.params] + [f"grad-flags:{bucket.index}"]
@@ -652,7 +653,7 @@ class _DistributedOptimizerMixin:
             n = len(bucket.params)
             results = list(out) if out is not None else []
             flags = results[n] if len(results) > n else bucket.flags
-            flags = _as_tensor_result(flags, bucket.flags).to(torch.float64)
+            flags = _as_tensor_result(flags, bucket.flags).to(torch.float64).cpu()
             if self._ddl_op == "sum":
                 flags = flags / self._ddl_size
             for j, p in enumerate(bucket.params):
