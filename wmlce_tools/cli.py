@@ -114,7 +114,8 @@ def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node
            after: After = None, rack_contiguous: RackContiguous = False,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
-           as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False) -> None:
+           as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
+           wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end (live status line) and exit with its exit code.")] = False) -> None:
     """Write the job script into ./wml-jobs/<name>-<time>/, submit it, print the job id.
 
     On the local site the job runs now, its output streamed here and kept in the job
@@ -151,8 +152,16 @@ def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node
     else:
         typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}); "
                    f"script {result.script}; output {result.output}")
-    if result.exit_code:
-        raise typer.Exit(result.exit_code)
+    from .jobs.cli import wait_after_submit
+
+    code = wait_after_submit(result, plan, wait)    # records the job; --wait: waits for it
+    if code:
+        raise typer.Exit(code)
+
+
+from .jobs.cli import register as _register_job_commands  # noqa: E402
+
+_register_job_commands(app)   # wml jobs / status / cancel / logs
 
 
 def main(argv: Optional[List[str]] = None) -> None:
