@@ -203,3 +203,26 @@ def test_create_installs_pip_entries_of_a_conda_lock_file(lockfile: Path, wheel:
     assert "1 pip packages" in res.output
     out = subprocess.run([target / "bin" / "wml-hello"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"hello from {target}"
+
+
+def test_rich_reporter_follows_rattler_callbacks(lockfile: Path, tmp_path: Path):
+    """rattler drives the progress display: every operation is counted, none raises."""
+    import asyncio
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rattler import install
+
+    from wmlce_tools.env.lock import locked_env
+    from wmlce_tools.env.progress import RichInstallReporter
+
+    locked = locked_env(lockfile, "linux-64")
+    out = io.StringIO()
+    with Progress(console=Console(file=out, force_terminal=True, width=100)) as progress:
+        reporter = RichInstallReporter(progress, "test")
+        asyncio.run(install(locked.records, target_prefix=tmp_path / "env",
+                            cache_dir=tmp_path / "cache", reporter=reporter, show_progress=False))
+        task = progress.tasks[0]
+        assert task.total == len(locked.records) and task.completed == task.total
+    assert "test: done" in out.getvalue()

@@ -141,3 +141,15 @@ def test_lockfile_in_missing_directory(tmp_path: Path, spec_file: Path):
     proc = run_wml("env", "lock", spec_file, "-f", tmp_path / "no" / "dir" / "conda-lock.yml")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_conda_style_exact_versions(tmp_path: Path, write_spec, cli):
+    """'name 1.0' means ==1.0 to conda; rattler's strict parser would refuse it."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    spec = write_spec()
+    spec.write_text(spec.read_text().replace("  - wml-greet\n", "  - wml-greet 1.0\n  - wml-base 2.0\n"))
+    out = tmp_path / "conda-lock.yml"
+    cli("env", "lock", spec, "-f", out)
+    versions = {d.name: d.version for d in parse_conda_lock_file(out).package}
+    assert versions["wml-greet"] == "1.0" and versions["wml-base"] == "2.0"

@@ -40,6 +40,9 @@ def _one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except WmlError as exc:
             _fail(str(exc), exc.exit_code)
+        except OSError as exc:  # disk full, permission denied, ... while doing the work
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}")
         except KeyboardInterrupt:
             _fail("interrupted", 130)
     return wrapper  # type: ignore[return-value]

@@ -146,7 +146,7 @@ def _channel_message(exc: Exception, channels: list[str]) -> str:
 
 
 async def _solve_all(spec: EnvSpec, channels: list[str], platforms: list[str]) -> dict[str, list[Any]]:
-    from rattler import Gateway, solve
+    from rattler import Gateway, MatchSpec, solve
     from rattler.exceptions import GatewayError, SolverError
 
     gateway = Gateway()
@@ -155,7 +155,9 @@ async def _solve_all(spec: EnvSpec, channels: list[str], platforms: list[str]) -
         """The records, or the one-line error message (no exception object is kept: its
         traceback would keep the gateway alive until interpreter exit, see below)."""
         try:
-            return await solve(channels, spec.packages_for(platform), gateway=gateway,
+            # lenient parsing, as conda reads specs: "pytorch 1.3.1" means ==1.3.1
+            specs = [MatchSpec(s, strict=False) for s in spec.packages_for(platform)]
+            return await solve(channels, specs, gateway=gateway,
                                platforms=[platform, "noarch"],
                                virtual_packages=_virtual_packages(spec, platform),
                                channel_relations="disabled")

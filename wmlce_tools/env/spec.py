@@ -259,7 +259,7 @@ def _check_matchspec(spec: str, line: int, where: _Where) -> None:
     from rattler import MatchSpec  # lazy: rattler's extension takes a moment to load
 
     try:
-        MatchSpec(spec)
+        MatchSpec(spec, strict=False)
     except Exception as exc:  # rattler raises its own InvalidMatchSpecError
         raise where.error(line, f"not a conda match spec {spec!r}: {str(exc).splitlines()[0]}") from None
 
