@@ -153,3 +153,17 @@ def test_conda_style_exact_versions(tmp_path: Path, write_spec, cli):
     cli("env", "lock", spec, "-f", out)
     versions = {d.name: d.version for d in parse_conda_lock_file(out).package}
     assert versions["wml-greet"] == "1.0" and versions["wml-base"] == "2.0"
+
+
+def test_conda_lock_cli_renders_the_lockfile(lockfile: Path, tmp_path: Path, channel_url: str):
+    """conda-lock's own command line accepts the file (render needs no conda executable)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "conda_lock", "render", "--kind", "explicit",
+                           "-p", "linux-64", "-p", "linux-ppc64le", str(lockfile)],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    ppc = (tmp_path / "conda-linux-ppc64le.lock").read_text()
+    assert "@EXPLICIT" in ppc
+    assert f"{channel_url}/linux-ppc64le/wml-core-1.0-h0.tar.bz2#" in ppc
