@@ -56,20 +56,24 @@ class LockedEnv:
 # ---------------------------------------------------------------- channels
 
 def normalize_channel(channel: str, base: Path | None = None) -> str:
-    """Local directories become file:// URLs; names and URLs stay as they are."""
+    """Local paths (``/...``, ``./...``, ``../...``, ``~...``) become file:// URLs, relative
+    ones resolved against ``base`` (the spec's directory) or the working directory; channel
+    names (``conda-forge``, ``ibm/label/x``) and URLs stay as they are."""
     if re.match(r"^[a-z][a-z0-9+.-]*://", channel):
         return channel.rstrip("/")
-    local = Path(channel).expanduser()
-    if not local.is_absolute() and base is not None and (base / local).is_dir():
-        local = base / local
-    if channel.startswith((".", "/", "~")) or local.is_dir():
-        return local.absolute().as_uri()
+    if channel.startswith(("/", "./", "../", "~")) or channel in (".", ".."):
+        local = Path(channel).expanduser()
+        if not local.is_absolute():
+            local = (base or Path.cwd()) / local
+        return Path(os.path.normpath(local.absolute())).as_uri()
     return channel
 
 
 def _channels(spec: EnvSpec, override: list[str] | None) -> list[str]:
+    if override:  # from the command line: relative to the working directory
+        return [normalize_channel(c) for c in override]
     base = spec.source.parent if spec.source else None
-    return [normalize_channel(c, base) for c in (override or spec.channels)]
+    return [normalize_channel(c, base) for c in spec.channels]
 
 
 # ---------------------------------------------------------------- content hash

@@ -122,9 +122,14 @@ def staged_directory(target: Path, force: bool = False) -> Iterator[Path]:
             yield staging
             old = None
             if target.exists():
-                old = target.parent / f".{target.name}{_MARK}{os.getpid()}-old"
+                old = target.parent / f".{target.name}{_MARK}{os.getpid()}-old-{os.urandom(4).hex()}"
                 os.rename(target, old)
-            os.rename(staging, target)
+            try:
+                os.rename(staging, target)
+            except BaseException:
+                if old is not None:
+                    os.rename(old, target)  # put the previous env back
+                raise
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
             ok = True
