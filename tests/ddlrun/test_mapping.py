@@ -197,3 +197,25 @@ def test_master_port_follows_the_job_id():
     assert all(20000 <= p < 60000 for p in ports) and len(ports) > 190       # concurrent jobs differ
     assert master_port({"LSB_JOBID": "7", "WML_JOB_ID": "x"}) == master_port({"LSB_JOBID": "7"})
     assert master_port({"WML_JOB_ID": "local-1"}) == master_port({"WML_JOB_ID": "local-1"})
+
+
+def test_stderr_relay_takes_out_exit_reports(tmp_path):
+    """Exit reports reach ddlrun through any launcher's stderr; everything else passes."""
+    import os
+
+    from wmlce_tools.ddlrun.exitreport import RankExit, format_report
+    from wmlce_tools.ddlrun.runner import StderrRelay
+
+    token = "00112233aabbccdd"
+    r, w = os.pipe()
+    out = open(tmp_path / "stderr", "wb")
+    relay = StderrRelay(os.fdopen(r, "rb"), token, fd=out.fileno())
+    relay.start()
+    for chunk in (b"[0] warming up\n", format_report(token, 2, 0), format_report(token, 1, 7) + b"[0] late\n",
+                  format_report("ffffffffffffffff", 0, 9), format_report(token, 0, 1)):
+        os.write(w, chunk)
+    os.close(w)
+    relay.join(timeout=10)
+    out.close()
+    assert relay.first_failure() == RankExit(1, 7)
+    assert (tmp_path / "stderr").read_bytes() == b"[0] warming up\n[0] late\n" + format_report("ffffffffffffffff", 0, 9)

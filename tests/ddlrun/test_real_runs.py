@@ -160,20 +160,22 @@ def test_a_failed_rank_does_not_leave_the_job_hanging(ddlrun):
 
 def test_shim_reports_a_program_missing_on_its_host(tmp_path, monkeypatch, capfd):
     """ddlrun checks PROGRAM where it runs; on another host it may be missing: the rank says
-    so in one line and exits 127 (and records it for ddlrun)."""
+    so in one line, exits 127 and reports that to ddlrun."""
+    from wmlce_tools.ddlrun.exitreport import RankExit, parse_report
     from wmlce_tools.ddlrun.rankexec import main as shim_main
 
     monkeypatch.setenv("PMI_RANK", "0")
     monkeypatch.setenv("PMI_SIZE", "1")
     monkeypatch.setenv("MPI_LOCALRANKID", "0")
-    status = tmp_path / "status"
-    status.mkdir()
+    token = "0123456789abcdef"
     code = shim_main(["--size", "1", "--ranks-per-node", "1", "--binding", "none", "--gpus", "",
-                      "--mode", "p:1", "--master", "localhost:20000", "--status-dir", str(status),
+                      "--mode", "p:1", "--master", "localhost:20000", "--report", token,
                       "--", str(tmp_path / "gone")])
     assert code == 127
-    assert capfd.readouterr().err == f"ddlrun: error: rank 0: cannot run '{tmp_path / 'gone'}': not found\n"
-    assert (status / "0").read_text().split()[0] == "127"
+    err = capfd.readouterr().err.splitlines(keepends=True)
+    assert err[0] == f"ddlrun: error: rank 0: cannot run '{tmp_path / 'gone'}': not found\n"
+    assert parse_report(err[1].encode(), token) == RankExit(0, 127)
+    assert parse_report(err[1].encode(), "f" * 16) is None        # another launch's token
 
 
 def test_check_passes_here_and_fails_for_unreachable_hosts(ddlrun):

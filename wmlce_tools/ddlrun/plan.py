@@ -80,11 +80,7 @@ class LaunchPlan:
     timeline: Optional[str]
     mpiargs: Tuple[str, ...]
 
-    @property
-    def all_local(self) -> bool:
-        return set(self.node_hosts) == {"localhost"}
-
-    def shim_argv(self, status_dir: Optional[str] = None) -> List[str]:
+    def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
         node_lists = []
         for n in range(lay.nodes):
@@ -101,8 +97,8 @@ class LaunchPlan:
         if self.timeline:
             argv += ["--timeline", self.timeline]
         argv += ["--output", self.output]
-        if status_dir:
-            argv += ["--status-dir", status_dir]
+        if report:
+            argv += ["--report", report]
         return argv + ["--", *self.program]
 
     def launcher_env(self, base: Mapping[str, str]) -> Dict[str, str]:
@@ -113,10 +109,10 @@ class LaunchPlan:
         env.update(self.exports)
         return env
 
-    def command(self, rankfile_path: Optional[str] = None, status_dir: Optional[str] = None) -> List[str]:
+    def command(self, rankfile_path: Optional[str] = None, report: Optional[str] = None) -> List[str]:
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
                             env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path)
-        argv = launch_command(self.layout, ctx, self.shim_argv(status_dir))
+        argv = launch_command(self.layout, ctx, self.shim_argv(report))
         if self.launcher_exe and self.site.launcher == "mpiexec":
             argv[0] = self.launcher_exe
         return argv

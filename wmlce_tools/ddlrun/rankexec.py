@@ -14,8 +14,9 @@ DDL_EMULATE_NODES, DDL_TIMELINE, the torchrun variables, and PYTHONUNBUFFERED=1 
 (output appears as it is printed).  ``--output`` says how the program's output is passed on:
 ``direct`` (the program writes to the launcher itself; one rank, so a terminal stays a
 terminal), ``lines`` (read line by line and each line written in one write, so lines of
-different ranks never mix) or ``prefixed`` (the same, as ``[rank] line``).  With ``--status-dir``
-the exit status is written to ``<dir>/<rank>`` so ddlrun can report the first failing rank.
+different ranks never mix) or ``prefixed`` (the same, as ``[rank] line``).  With
+``--report TOKEN`` the exit status goes to ddlrun as one stderr line (``exitreport``), so
+ddlrun can report the first failing rank.
 
 Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts on every rank.
 """
@@ -28,13 +29,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.jobenv import JobEnvironment, detect_launcher
 
+from .exitreport import format_report
 from .pdeathsig import KILL_ON_PARENT_DEATH
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -165,7 +166,10 @@ def _pump(src, fd: int, tag: bytes) -> None:
 OUTPUT_MODES = ("direct", "lines", "prefixed")
 
 
-def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, output: str) -> int:
+def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, output: str,
+                on_exit: Callable[[int], None] = lambda code: None) -> int:
+    """Run the program; ``on_exit(status)`` is called the moment it ends (before its last
+    output is passed on), so the report races as little as possible with a job being torn down."""
     pipe = None if output == "direct" else subprocess.PIPE
     try:
         child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
@@ -184,9 +188,11 @@ def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, outpu
             t.start()
             pumps.append(t)
     code = child.wait()
+    code = 128 - code if code < 0 else code
+    on_exit(code)
     for t in pumps:
         t.join(timeout=10)
-    return 128 - code if code < 0 else code
+    return code
 
 
 def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List[str]]:
@@ -200,7 +206,7 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     p.add_argument("--emulate-nodes", type=int)
     p.add_argument("--timeline")
     p.add_argument("--output", choices=OUTPUT_MODES, default="direct")
-    p.add_argument("--status-dir")
+    p.add_argument("--report", metavar="TOKEN")
     p.add_argument("program", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     program = a.program[1:] if a.program[:1] == ["--"] else a.program
@@ -208,33 +214,33 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     s = RankSettings(size=a.size, ranks_per_node=a.ranks_per_node, binding=a.binding,
                      node_gpus=parse_gpus(a.gpus), mode=a.mode, master_addr=addr, master_port=int(port),
                      emulate_nodes=a.emulate_nodes, timeline=a.timeline)
-    return s, a.output, a.status_dir, program
-
-
-def _write_status(status_dir: str, rank: int, code: int) -> None:
-    path = os.path.join(status_dir, str(rank))
-    try:
-        with open(path + ".tmp", "w") as f:
-            f.write(f"{code} {time.time_ns()}\n")
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # best effort: ddlrun falls back on the launcher's exit status
+    return s, a.output, a.report, program
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    settings, output, status_dir, program = _parse(sys.argv[1:] if argv is None else argv)
+    settings, output, report, program = _parse(sys.argv[1:] if argv is None else argv)
     rank = -1
+    reported = False
+
+    def send_report(code: int) -> None:
+        nonlocal reported
+        if report and rank >= 0 and not reported:
+            reported = True
+            try:
+                os.write(2, format_report(report, rank, code))
+            except OSError:
+                pass  # stderr gone: ddlrun falls back on the launcher's exit status
+
     try:
         if not program:
             raise ShimError("no program given")
         env = rank_environment(settings, os.environ)
         rank = int(env["RANK"])
-        code = run_program(program, env, rank, output)
+        code = run_program(program, env, rank, output, on_exit=send_report)
     except ShimError as e:
         sys.stderr.write(f"ddlrun: error: {e}\n")
         code = e.code
-    if status_dir and rank >= 0:
-        _write_status(status_dir, rank, code)
+    send_report(code)
     return code
 
 

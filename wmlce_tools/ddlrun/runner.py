@@ -3,11 +3,11 @@ report the first failing rank.
 
 The launcher runs in its own process group (so the whole job can be signalled at once) and
 gets SIGTERM if ddlrun dies; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed on to it.
-When every rank runs on this machine, each rank's shim writes its exit status into a
-private directory: once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish (a
+The launcher's stderr passes through ddlrun, which takes out each rank's exit report
+(``exitreport``): once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish (a
 line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a rank
 blocked in a collective with a dead peer cannot hang the job; ddlrun then exits with the
-first failing rank's status.  On several hosts the launcher's own exit status is returned.
+first failing rank's status (else the launcher's).
 """
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, List, Optional, TextIO
+from typing import IO, Callable, List, Optional, TextIO
 
 from ..quoting import sh_join
+from .exitreport import RankExit, new_token, parse_report
 from .pdeathsig import TERM_ON_PARENT_DEATH
 from .plan import LaunchPlan
 
@@ -29,36 +30,35 @@ FAIL_GRACE_S = 10.0
 GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
 KILL_AFTER_S = 10.0
 POLL_S = 0.2
+RELAY_DRAIN_S = 10.0
 
 
-@dataclass(frozen=True)
-class RankExit:
-    rank: int
-    code: int
-    time_ns: int
+class StderrRelay(threading.Thread):
+    """Copies the launcher's stderr to ours line by line, keeping the ranks' exit reports."""
 
+    def __init__(self, src: IO[bytes], token: str, fd: int = 2) -> None:
+        super().__init__(daemon=True)
+        self.src, self.token, self.fd = src, token, fd
+        self._lock = threading.Lock()
+        self._exits: List[RankExit] = []
 
-def read_statuses(status_dir: str) -> List[RankExit]:
-    out = []
-    try:
-        names = os.listdir(status_dir)
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(status_dir, name)) as f:
-                code, t = f.read().split()
-            out.append(RankExit(int(name), int(code), int(t)))
-        except (OSError, ValueError):
-            continue
-    return out
+    def run(self) -> None:
+        broken = False
+        for line in iter(self.src.readline, b""):
+            report = parse_report(line, self.token)
+            if report is not None:
+                with self._lock:
+                    self._exits.append(report)
+            elif not broken:
+                try:
+                    while line:
+                        line = line[os.write(self.fd, line):]
+                except OSError:
+                    broken = True  # our stderr is gone; keep draining so the launcher never blocks
 
-
-def first_failure(statuses: List[RankExit]) -> Optional[RankExit]:
-    failed = [s for s in statuses if s.code != 0]
-    return min(failed, key=lambda s: (s.time_ns, s.rank)) if failed else None
+    def first_failure(self) -> Optional[RankExit]:
+        with self._lock:
+            return next((e for e in self._exits if e.code != 0), None)
 
 
 def dry_run_text(plan: LaunchPlan) -> str:
@@ -84,13 +84,11 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
             rankfile = os.path.join(workdir, _placement_name(plan))
             with open(rankfile, "w") as f:
                 f.write(plan.placement)
-        status_dir = os.path.join(workdir, "status") if plan.all_local else None
-        if status_dir:
-            os.mkdir(status_dir)
-        argv = plan.command(rankfile_path=rankfile, status_dir=status_dir)
+        token = new_token()
+        argv = plan.command(rankfile_path=rankfile, report=token)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, plan.launcher_env(os.environ), status_dir, err, grace)
+        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -110,12 +108,15 @@ def fail_grace_s(env=os.environ) -> float:
     return value
 
 
-def _supervise(argv: List[str], env: dict, status_dir: Optional[str], err: TextIO, grace: float) -> int:
+def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float) -> int:
     try:
-        proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=TERM_ON_PARENT_DEATH)
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=TERM_ON_PARENT_DEATH)
     except OSError as e:
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
         return 127
+    relay = StderrRelay(proc.stderr, token)
+    relay.start()
     handlers = _forward_signals(lambda sig: _signal_group(proc, sig))
     try:
         failed_at: Optional[float] = None
@@ -127,34 +128,36 @@ def _supervise(argv: List[str], env: dict, status_dir: Optional[str], err: TextI
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if status_dir and failed_at is None:
-                first = first_failure(read_statuses(status_dir))
+            if failed_at is None:
+                first = relay.first_failure()
                 if first is not None:
                     failed_at = now
-                    err.write(f"ddlrun: rank {first.rank} exited with status {first.code}; "
-                              f"stopping the other ranks in {grace:g} s unless they finish\n")
-                    err.flush()
+                    _say(err, f"ddlrun: rank {first.rank} exited with status {first.code}; "
+                              f"stopping the other ranks in {grace:g} s unless they finish")
             if failed_at is not None and stop_sent is None and now - failed_at > grace:
-                err.write("ddlrun: stopping the job (SIGTERM)\n")
-                err.flush()
+                _say(err, "ddlrun: stopping the job (SIGTERM)")
                 _signal_group(proc, signal.SIGTERM)
                 stop_sent = now
             if stop_sent is not None and now - stop_sent > KILL_AFTER_S:
-                err.write("ddlrun: the job did not stop; killing it (SIGKILL)\n")
-                err.flush()
+                _say(err, "ddlrun: the job did not stop; killing it (SIGKILL)")
                 _signal_group(proc, signal.SIGKILL)
                 stop_sent = float("inf")
     finally:
         for sig, old in handlers.items():
             signal.signal(sig, old)
+    relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
-    if status_dir:
-        first = first_failure(read_statuses(status_dir))
-        if first is not None:
-            err.write(f"ddlrun: rank {first.rank} failed first, with exit status {first.code}\n")
-            return first.code
+    first = relay.first_failure()
+    if first is not None:
+        _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
+        return first.code
     return code
+
+
+def _say(err: TextIO, line: str) -> None:
+    err.write(line + "\n")
+    err.flush()
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
