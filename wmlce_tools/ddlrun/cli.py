@@ -27,8 +27,15 @@ class _Parser(argparse.ArgumentParser):
         raise WmlError(message)
 
 
+EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
+          "DDL_OPTIONS, DDL_GPU_BINDING, DDL_LAYOUT_GPUS, CUDA_VISIBLE_DEVICES (per-rank binding) and, with "
+          "--emulate-nodes, DDL_EMULATE_NODES.  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
+          "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10).  "
+          "Exit status: the first failing rank's.")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ddlrun", description=DESCRIPTION)
+    p = _Parser(prog="ddlrun", description=DESCRIPTION, epilog=EPILOG)
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", help="hosts: h1,h2 or h1:4,h2:4 (slots) or 'nid[01-04]' "
                        "(default: from LSF/Slurm/Cobalt, else this machine)")
