@@ -33,7 +33,8 @@ def test_every_recorded_sample_is_used():
 
 # (scheduler, sample, parser method, expected (state, exit code) or None: "ask the next source")
 STATUS_CASES = [
-    ("slurm", "slurm/squeue-pending-dependency", "parse_status", (P, None)),
+    ("slurm", "slurm/squeue-pending-dependency", "parse_status", (P, None, "Dependency")),
+    ("slurm", "slurm/squeue-dependency-never-satisfied", "parse_status", (P, None, "DependencyNeverSatisfied")),
     ("slurm", "slurm/squeue-running", "parse_status", (R, None)),
     ("slurm", "slurm/squeue-unknown", "parse_status", None),
     ("slurm", "slurm/scontrol-pending", "parse_scontrol", (P, None)),
@@ -194,7 +195,7 @@ def test_every_native_state_maps_into_the_one_set():
 
 
 def test_status_and_cancel_argv():
-    assert get_scheduler("slurm").status_argv("12") == ["squeue", "-h", "-j", "12", "-o", "%T"]
+    assert get_scheduler("slurm").status_argv("12") == ["squeue", "-h", "-j", "12", "-o", "%T|%r"]
     assert get_scheduler("slurm").cancel_argv("12") == ["scancel", "12"]
     assert get_scheduler("lsf").status_argv("12") == ["bjobs", "-noheader", "-o", "stat exit_code", "12"]
     assert get_scheduler("lsf").cancel_argv("12") == ["bkill", "12"]

@@ -161,12 +161,27 @@ def test_after_really_delays_the_second_job(wml):
     info = wml.slurm.job(second["job_id"])
     assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
     assert f"afterok:{first['job_id']}" in info["Dependency"]
-    assert wml.status(second["job_id"])["state"] == "PENDING"
-    assert "PENDING" in wml("status", second["job_id"], check=True).stdout
+    st = wml.status(second["job_id"])
+    assert st["state"] == "PENDING" and st["reason"] == "Dependency"
+    assert "PENDING (Dependency)" in wml("status", second["job_id"], check=True).stdout
     a = wml.slurm.wait_done(first["job_id"], timeout=60)
     b = wml.slurm.wait_done(second["job_id"], timeout=60)
     assert a["JobState"] == "COMPLETED" and b["JobState"] == "COMPLETED"
     assert b["StartTime"] >= a["EndTime"], (a["EndTime"], b["StartTime"])
+
+
+def test_waiting_on_a_job_whose_dependency_failed_ends_with_the_reason(wml):
+    first = wml.submitted(wml.submit("false", name="fails-first"))
+    proc = wml.submit("--after", first["job_id"], "true", name="never", wait=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    second = wml.submitted(proc)
+    assert f"job {second['job_id']} can never start: the job it depends on did not complete successfully" \
+        in proc.stderr and "DependencyNeverSatisfied" in proc.stderr
+    st = wml.status(second["job_id"])
+    assert st["state"] == "PENDING" and st["reason"] == "DependencyNeverSatisfied"
+    assert "it can never start" in wml("status", second["job_id"], check=True).stdout
+    wml("cancel", second["job_id"], check=True)
+    assert wml.status(second["job_id"])["state"] == "CANCELLED"
 
 
 def test_logs_follow_until_the_job_ends(wml, tmp_path):

@@ -72,19 +72,21 @@ def jobs_cmd(as_json: AsJson = False,
 
 def status_cmd(job: Job, as_json: AsJson = False) -> None:
     """The job's state now (asks its scheduler: squeue/scontrol/sacct, bjobs, qstat)."""
-    from .lifecycle import find, refresh
-    from ..schedulers import SchedulerError
+    from .lifecycle import find, refresh_detail
+    from ..schedulers import NEVER_STARTS, SchedulerError
 
     rec = find(job)
     try:
-        rec = refresh(rec)
+        rec, reason = refresh_detail(rec)
     except SchedulerError as e:
         raise WmlError(f"cannot get the state of job {rec.job_id} from {rec.scheduler}: {e}") from None
     if as_json:
-        typer.echo(json.dumps(rec.as_dict()))
+        typer.echo(json.dumps({**rec.as_dict(), "reason": reason or None}))
         return
     code = f" (exit code {rec.exit_code})" if rec.exit_code is not None else ""
-    typer.echo(f"job {rec.job_id} ({rec.name}, {rec.site}): {rec.state.value}{code}")
+    why = f" ({reason}: {NEVER_STARTS[reason]}; it can never start)" if reason in NEVER_STARTS else (
+        f" ({reason})" if reason else "")
+    typer.echo(f"job {rec.job_id} ({rec.name}, {rec.site}): {rec.state.value}{code}{why}")
     typer.echo(f"  submitted {_fmt_time(rec.submitted_at)} UTC; script {rec.script}")
     typer.echo(f"  output {rec.output}" + (f"; error {rec.error}" if rec.error and rec.error != rec.output else ""))
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Callable, List, Optional, TextIO, Tuple
 
 from ..errors import WmlError
-from ..schedulers import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, SchedulerError, get_scheduler,
-                          tool_failure)
+from ..schedulers import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
+                          get_scheduler, tool_failure)
 from .registry import JobRecord, Registry
 from .states import JobState
 
@@ -48,6 +48,7 @@ class Observation:
     exit_code: Optional[int]
     known: bool
     source: str
+    detail: str = ""          # the scheduler's reason, when it gave one
 
 
 # -- registry ----------------------------------------------------------------------------
@@ -120,21 +121,27 @@ def observe(record: JobRecord) -> Observation:
         source = "the job's files"
     if got is None:
         return Observation(JobState.UNKNOWN, None, False, "")
-    state, code = got
+    state, code = got[0], got[1]
+    detail = got[2] if len(got) > 2 else ""
     if _cancel_requested(record) and state == JobState.FAILED:
         state = JobState.CANCELLED       # LSF and Cobalt report a killed job as a failure
-    return Observation(state, code, True, source)
+    return Observation(state, code, True, source, detail)
 
 
 def refresh(record: JobRecord, registry: Optional[Registry] = None) -> JobRecord:
     """The job's state now, written to the registry when it changed.  A job already recorded
     as ended is not asked about again."""
+    return refresh_detail(record, registry)[0]
+
+
+def refresh_detail(record: JobRecord, registry: Optional[Registry] = None) -> Tuple[JobRecord, str]:
+    """``refresh``, plus the scheduler's reason word for a waiting job ('' when none)."""
     if record.state.final:
-        return record
+        return record, ""
     obs = observe(record)
     if obs.state == record.state and (obs.exit_code is None or obs.exit_code == record.exit_code):
-        return record
-    return open_registry(registry).update_state(record, obs.state, obs.exit_code)
+        return record, obs.detail
+    return open_registry(registry).update_state(record, obs.state, obs.exit_code), obs.detail
 
 
 def exit_code_of(record: JobRecord) -> int:
@@ -214,6 +221,10 @@ def wait_for(record: JobRecord, out: TextIO = sys.stderr, timeout: Optional[floa
                         raise WmlError(
                             f"job {record.job_id}: {record.scheduler} no longer knows it and it left no record of how it "
                             f"ended; its output: {record.output}")
+                    if obs.detail in NEVER_STARTS:
+                        raise WmlError(f"job {record.job_id} can never start: {NEVER_STARTS[obs.detail]} "
+                                       f"({record.scheduler}: {obs.detail}); it stays queued until you "
+                                       f"wml cancel {record.job_id}")
                     if obs.state != record.state or (obs.exit_code is not None and obs.exit_code != record.exit_code):
                         record = reg.update_state(record, obs.state, obs.exit_code)
             except SchedulerError as e:

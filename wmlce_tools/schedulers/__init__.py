@@ -12,8 +12,11 @@ from ..errors import WmlError
 if TYPE_CHECKING:  # the registry's state set; imported lazily so `wml render` stays light
     from ..jobs.states import JobState
 
-#: what a status query learned: (state, exit code when the job has ended and it is known)
+#: what a status query learned: (state, exit code when the job has ended and it is known),
+#: optionally followed by the scheduler's reason word (Slurm: ``DependencyNeverSatisfied``)
 Status = Tuple["JobState", Optional[int]]
+#: scheduler reasons that say a pending job will never start
+NEVER_STARTS = {"DependencyNeverSatisfied": "the job it depends on did not complete successfully"}
 #: ``parse(stdout, stderr, returncode)``; None: this source does not know the job (ask the next)
 StatusParser = Callable[[str, str, int], Optional[Status]]
 

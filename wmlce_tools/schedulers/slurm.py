@@ -2,7 +2,8 @@
 ``Submitted batch job <id>``; ``salloc`` for an interactive allocation.  Directives as in
 sbatch(1).
 
-Status, in order: ``squeue -h -j ID -o %T`` (queued and running jobs; a finished job gives
+Status, in order: ``squeue -h -j ID -o %T|%r`` (queued and running jobs with the reason they
+wait; a finished job gives
 no line, a forgotten one ``Invalid job id specified``), then ``scontrol show job -o ID``
 (JobState and ExitCode of jobs that ended less than MinJobAge ago), then ``sacct`` (slurmdbd
 accounting) or, where accounting storage is disabled, ``sacct -c`` (the jobcomp/filetxt
@@ -94,7 +95,7 @@ class Slurm(Scheduler):
 
     def status_queries(self, job_id: str):
         return [
-            StatusQuery(["squeue", "-h", "-j", job_id, "-o", "%T"], self.parse_status),
+            StatusQuery(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], self.parse_status),
             StatusQuery(["scontrol", "show", "job", "-o", job_id], self.parse_scontrol),
             StatusQuery(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"],
                         self._sacct_parser(job_id)),
@@ -104,15 +105,21 @@ class Slurm(Scheduler):
         ]
 
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
-        """``squeue -h -j ID -o %T``: one state word while the job is queued or running."""
+        """``squeue -h -j ID -o %T|%r``: ``STATE|REASON`` while the job is queued or running
+        (``PENDING|Dependency``, ``RUNNING|None``); the reason comes back as the third item
+        when there is one (``DependencyNeverSatisfied``: the job can never start)."""
         if returncode != 0:
             if _INVALID_JOB.search(stderr + stdout):
                 return None
             raise tool_failure(["squeue"], stdout, stderr, returncode)
-        words = stdout.split()
-        if not words:
+        lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
+        if not lines:
             return None   # finished: squeue shows only live jobs
-        return map_state(words[0]), None
+        state, _, reason = lines[0].partition("|")
+        reason = reason.strip()
+        if reason and reason not in ("None", "(null)"):
+            return map_state(state), None, reason
+        return map_state(state), None
 
     def parse_scontrol(self, stdout: str, stderr: str = "", returncode: int = 0):
         """``scontrol show job -o ID``: ``JobState=FAILED ... ExitCode=3:0 ...``."""
