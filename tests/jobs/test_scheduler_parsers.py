@@ -203,3 +203,14 @@ def test_status_and_cancel_argv():
     assert get_scheduler("cobalt").cancel_argv("12") == ["qdel", "12"]
     with pytest.raises(WmlError):
         get_scheduler("local").cancel_argv("local-x")
+
+
+def test_no_slurm_configuration_names_the_fix():
+    err = ("squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+           "squeue: error: fetch_config: DNS SRV lookup failed\n"
+           "squeue: error: _establish_config_source: failed to fetch config\n"
+           "squeue: fatal: Could not establish a configuration source\n")
+    with pytest.raises(SchedulerError) as e:
+        get_scheduler("slurm").parse_status("", err, 1)
+    assert str(e.value).startswith("squeue failed: squeue: fatal: Could not establish a configuration source")
+    assert "SLURM_CONF" in str(e.value)

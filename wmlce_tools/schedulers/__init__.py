@@ -39,7 +39,11 @@ class SchedulerError(WmlError):
 
 
 def tool_failure(argv: List[str], stdout: str, stderr: str, returncode: int) -> SchedulerError:
-    msg = " ".join((stderr or stdout).split())[:300] or f"exit status {returncode}"
+    text = stderr or stdout
+    fatal = [ln for ln in text.splitlines() if "fatal" in ln.lower()]
+    msg = " ".join((fatal[-1] if fatal else text).split())[:300] or f"exit status {returncode}"
+    if "configuration source" in msg:
+        msg += " (no Slurm configuration here: set SLURM_CONF; for scripts/local-slurm run eval \"$(scripts/local-slurm env)\")"
     return SchedulerError(f"{argv[0]} failed: {msg}")
 
 
