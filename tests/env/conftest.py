@@ -64,10 +64,11 @@ virtual_packages:
   __glibc: "2.28"
 packages:
   - wml-greet
+  - wml-pyutil
   - python 3.11.*        # [linux64]
   - python               # [ppc64le]
   - {{spec: "wml-base >=2", platforms: [linux-64, linux-ppc64le]}}
-{extra}imports: [wml_conda_owned]
+{extra}imports: [wml_conda_owned, wml_pyutil]
 """
 
 

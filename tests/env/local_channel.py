@@ -13,6 +13,7 @@ linux-ppc64le wml-core 1.0    same for ppc64le
 linux-64      python 3.11     a venv-style interpreter (copy of this machine's python + pyvenv.cfg)
 linux-ppc64le python 3.11     placeholder script (never run here)
 linux-64      wml-broken 1.0  paths.json names a file the archive lacks: linking it fails
+noarch        wml-pyutil 1.0  noarch: python (site-packages/ relocated into lib/pythonX.Y/)
 """
 from __future__ import annotations
 
@@ -105,6 +106,9 @@ def build_package(spec: PackageSpec, channel: Path) -> Path:
         _add(tar, "info/files", ("\n".join(listed) + "\n").encode())
         if has_prefix_lines:
             _add(tar, "info/has_prefix", ("\n".join(has_prefix_lines) + "\n").encode())
+        if spec.noarch == "python":  # as conda-build writes it; conda-pack reads it
+            _add(tar, "info/link.json", json.dumps(
+                {"noarch": {"type": "python"}, "package_metadata_version": 1}).encode())
         for f in spec.files:
             if f.symlink_to is not None:
                 info = tarfile.TarInfo(f.path)
@@ -157,6 +161,10 @@ def fixture_packages() -> list[PackageSpec]:
     pkgs.append(PackageSpec(
         "python", f"{pyver}.{sys.version_info[2]}", "h0_wmltest", "linux-ppc64le",
         files=[FileSpec("bin/python", _script("echo ppc64le python\n"), mode=0o755)]))
+    pkgs.append(PackageSpec(
+        "wml-pyutil", "1.0", "pyh0", "noarch", noarch="python", depends=["python >=3.8"],
+        files=[FileSpec("site-packages/wml_pyutil/__init__.py",
+                        b"import sys\n\nWHERE = sys.prefix\n")]))
     pkgs.append(PackageSpec(
         "wml-broken", "1.0", "0", "linux-64", depends=["wml-core"],
         files=[FileSpec("share/wml-broken/ok.txt", b"ok\n")],

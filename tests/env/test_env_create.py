@@ -24,9 +24,12 @@ def test_create_linux64_and_run_programs(created_env: Path):
     assert core.stdout.strip() == f"wml-core linux-64 prefix={created_env}"
     assert (created_env / "share/wml-core/config.txt").read_text() == f"prefix={created_env}\n"
     py = subprocess.run([created_env / "bin" / "python", "-c",
-                         "import sys, wml_conda_owned; print(sys.prefix)"],
+                         "import sys, wml_conda_owned, wml_pyutil; print(sys.prefix, wml_pyutil.__file__)"],
                         capture_output=True, text=True, check=True)
-    assert py.stdout.strip() == str(created_env)
+    where, pyutil = py.stdout.split()
+    assert where == str(created_env)
+    # the noarch: python package went into this python's site-packages
+    assert pyutil == str(created_env / "lib/python{0}.{1}/site-packages/wml_pyutil/__init__.py".format(*sys.version_info))
     assert not _staging_leftovers(created_env.parent)
 
 

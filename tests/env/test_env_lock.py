@@ -21,7 +21,8 @@ def test_lock_both_platforms_parsed_by_conda_lock(lockfile: Path, channel_url: s
         by_platform.setdefault(dep.platform, {})[dep.name] = dep
     for platform in ("linux-64", "linux-ppc64le"):
         pkgs = by_platform[platform]
-        assert set(pkgs) == {"wml-greet", "wml-core", "wml-base", "python"}
+        assert set(pkgs) == {"wml-greet", "wml-core", "wml-base", "python", "wml-pyutil"}
+        assert pkgs["wml-pyutil"].url.endswith("/noarch/wml-pyutil-1.0-pyh0.tar.bz2")
         assert pkgs["wml-core"].url.endswith(f"/{platform}/wml-core-1.0-h0.tar.bz2")
         assert pkgs["wml-greet"].url.endswith("/noarch/wml-greet-1.0-0.tar.bz2")
         assert pkgs["wml-base"].version == "2.0"  # highest that wml-core >=2 allows
@@ -41,7 +42,7 @@ def test_unchanged_spec_is_not_resolved(tmp_path: Path, write_spec, channel: Pat
     spec = write_spec(channel=chan.as_uri())
     out = tmp_path / "conda-lock.yml"
     first = cli("env", "lock", spec, "-f", out)
-    assert "locked 4 packages" in first.output
+    assert "locked 5 packages" in first.output
     before = out.read_text()
     for repodata in chan.glob("*/repodata.json"):
         repodata.unlink()  # any solve now fails

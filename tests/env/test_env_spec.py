@@ -37,7 +37,7 @@ def test_selectors_and_platform_lists(spec_file: Path):
     assert "python 3.11.*" not in spec.packages_for("linux-ppc64le")
     assert "python" in spec.packages_for("linux-ppc64le")
     assert "wml-base >=2" in spec.packages_for("linux-64")
-    assert spec.imports == ["wml_conda_owned"]
+    assert spec.imports == ["wml_conda_owned", "wml_pyutil"]
 
 
 def test_environment_yml(tmp_path: Path):

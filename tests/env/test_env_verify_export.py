@@ -11,7 +11,7 @@ from env_helpers import run_wml
 
 def test_verify_ok(created_env: Path, cli):
     res = cli("env", "verify", "src")
-    assert "OK (4 packages" in res.output and "1 imports" in res.output
+    assert "OK (5 packages" in res.output and "2 imports" in res.output
 
 
 def test_verify_detects_corruption_and_missing_files(created_env: Path):
@@ -40,7 +40,7 @@ def test_export_lockfile_roundtrip(created_env: Path, cli, tmp_path: Path):
     cli("env", "export", "src", "-o", out)
     parsed = parse_conda_lock_file(out)
     assert parsed.metadata.platforms == ["linux-64"]
-    assert {d.name for d in parsed.package} == {"python", "wml-base", "wml-core", "wml-greet"}
+    assert {d.name for d in parsed.package} == {"python", "wml-base", "wml-core", "wml-greet", "wml-pyutil"}
     cli("env", "create", out, "--prefix", tmp_path / "again", "--no-progress")
     out2 = subprocess.run([tmp_path / "again" / "bin" / "wml-greet"], capture_output=True, text=True)
     assert out2.stdout.strip() == f"greet from {tmp_path / 'again'}"
@@ -55,7 +55,7 @@ def test_export_explicit(created_env: Path, cli, tmp_path: Path, channel_url: st
     path.write_text(res.output)
     spec = ExplicitEnvironmentSpec.from_path(path)
     urls = sorted(p.url for p in spec.packages)
-    assert len(urls) == 4 and all(u.startswith(channel_url) for u in urls)
+    assert len(urls) == 5 and all(u.startswith(channel_url) for u in urls)
 
 
 def test_pack_and_unpack_elsewhere(created_env: Path, cli, tmp_path: Path):
