@@ -83,3 +83,13 @@ def test_list_shows_specs_and_envs(created_env: Path, cli):
     assert env["platform"] == "linux-64" and env["size"] > 10_000
     table = cli("env", "list")
     assert "src" in table.output and "wml-ce-horovod-ddl" in table.output
+
+
+def test_pack_refuses_a_damaged_env(created_env: Path, tmp_path: Path):
+    (created_env / "share" / "wml-base" / "VERSION").unlink()
+    out = tmp_path / "damaged.tar.gz"
+    proc = run_wml("env", "pack", created_env, "-o", out)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("wml: error: conda-pack: Files managed by conda were found")
+    assert "wml-base 2.0" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not out.exists()

@@ -25,5 +25,7 @@ def pack_env(prefix: Path, output: Path, fmt: str = "infer", dest_prefix: str | 
                         dest_prefix=dest_prefix, force=force, verbose=False,
                         ignore_missing_files=False)
     except conda_pack.CondaPackException as exc:
-        raise WmlError(f"conda-pack: {str(exc).splitlines()[0]}") from None
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        text = " ".join(lines[:5])
+        raise WmlError(f"conda-pack: {text[:300]}") from None
     return output
