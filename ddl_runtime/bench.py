@@ -86,9 +86,10 @@ class Gloo:
         import torch.distributed as dist
 
         self.torch, self.dist = torch, dist
-        host = "127.0.0.1" if comm.Get_size() == MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_size() else socket.gethostname()
+        hosts = comm.allgather(socket.gethostname())
+        host = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
         if comm.Get_rank() == 0:
-            store = dist.TCPStore(host, 0, comm.Get_size(), is_master=True)
+            store = dist.TCPStore(host, 0, comm.Get_size(), is_master=True, wait_for_workers=False)
             port = store.port
         port = comm.bcast(port if comm.Get_rank() == 0 else None, root=0)
         if comm.Get_rank() != 0:

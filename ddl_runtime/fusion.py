@@ -6,7 +6,7 @@ on every rank and is cached per tensor-list signature.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,13 +25,20 @@ class BucketSpec:
     inplace: bool  # True: the buffer IS one tensor's memory (no pack, no unpack copy)
 
 
-def plan_buckets(refs: Sequence[TensorRef], bucket_bytes: int) -> List[BucketSpec]:
-    """Group tensors into buckets of at most `bucket_bytes` per reduce dtype, in list order.
+INPLACE_FRACTION = 16  # tensors of at least bucket_bytes / 16 are reduced where they lie
 
-    A tensor of at least `bucket_bytes` is reduced in place in bucket-sized chunks (no copy)
-    unless it must be widened (float16/bfloat16), in which case each chunk is converted
-    into a float32 buffer.  `bucket_bytes` 0 gives one bucket per tensor.
+
+def plan_buckets(refs: Sequence[TensorRef], bucket_bytes: int,
+                 inplace_min_bytes: Optional[int] = None) -> List[BucketSpec]:
+    """Group small tensors into buckets of at most `bucket_bytes` per reduce dtype, in list order.
+
+    A tensor of at least `inplace_min_bytes` (default bucket_bytes / 16) is reduced where it
+    lies, in bucket-sized chunks: copying it into a bucket and back costs more than the extra
+    MPI call.  A tensor that must be widened (float16/bfloat16) is converted chunk by chunk
+    into a float32 buffer instead.  `bucket_bytes` 0 gives one bucket per tensor.
     """
+    if inplace_min_bytes is None:
+        inplace_min_bytes = bucket_bytes // INPLACE_FRACTION
     specs: List[BucketSpec] = []
     open_: Dict[np.dtype, Tuple[List[Segment], int]] = {}
     order: List[np.dtype] = []
@@ -47,7 +54,8 @@ def plan_buckets(refs: Sequence[TensorRef], bucket_bytes: int) -> List[BucketSpe
             continue
         dtype = ref.reduce_dtype
         itemsize = dtype.itemsize
-        if bucket_bytes <= 0 or n * itemsize >= bucket_bytes:
+        if bucket_bytes <= 0 or n * itemsize >= bucket_bytes or (
+                not ref.widened and n * itemsize >= inplace_min_bytes):
             chunk = n if bucket_bytes <= 0 else max(1, bucket_bytes // itemsize)
             for start in range(0, n, chunk):
                 stop = min(n, start + chunk)

@@ -51,7 +51,7 @@ def _nccl_group(rt):
         _group = dist.group.WORLD
         return _group
     if rt.rank == 0:
-        store = dist.TCPStore(socket.gethostname(), 0, rt.size, is_master=True)
+        store = dist.TCPStore(socket.gethostname(), 0, rt.size, is_master=True, wait_for_workers=False)
         address = (socket.gethostname(), store.port)
     else:
         address = None

@@ -18,7 +18,7 @@ def refs(*arrays):
 def test_small_tensors_share_buckets_large_ones_reduce_in_place():
     tensors = refs(np.zeros(10, np.float32), np.zeros(300_000, np.float32), np.zeros(100, np.float64),
                    np.zeros(600_000, np.float32), np.zeros(0, np.float32), np.zeros(5, np.float16))
-    specs = plan_buckets(tensors, 2 * MB)  # 524288 float32 per bucket
+    specs = plan_buckets(tensors, 2 * MB, inplace_min_bytes=2 * MB)  # 524288 float32 per bucket
     inplace = [s for s in specs if s.inplace]
     assert [(s.segments[0][0], s.segments[0][1], s.segments[0][2]) for s in inplace] == [(3, 0, 524288), (3, 524288, 600_000)]
     packed = {s.dtype.name: s for s in specs if not s.inplace}
@@ -26,6 +26,12 @@ def test_small_tensors_share_buckets_large_ones_reduce_in_place():
     assert [seg[3] for seg in packed["float32"].segments] == [0, 10, 300_010]
     assert packed["float64"].segments == ((2, 0, 100, 0),)
     assert all(s.length * s.dtype.itemsize <= 2 * MB for s in specs)
+
+
+def test_default_in_place_threshold_is_a_sixteenth_of_a_bucket():
+    tensors = refs(np.zeros(32_767, np.float32), np.zeros(32_768, np.float32), np.zeros(40_000, np.float16))
+    specs = plan_buckets(tensors, 2 * MB)  # threshold 128 KB = 32768 float32
+    assert [(s.inplace, [seg[0] for seg in s.segments]) for s in specs] == [(True, [1]), (False, [0, 2])]
 
 
 def test_fusion_off_and_widened_large_tensors():
