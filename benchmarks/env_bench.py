@@ -29,8 +29,9 @@ platforms: [linux-64, linux-ppc64le]
 virtual_packages: {{__glibc: "2.28"}}
 packages:
   - wml-greet
+  - wml-pyutil
   - python
-imports: [wml_conda_owned]
+imports: [wml_conda_owned, wml_pyutil]
 """
 
 
