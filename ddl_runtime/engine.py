@@ -212,7 +212,8 @@ class Engine:
             if spins & 15 == 0:
                 now = time.perf_counter()
                 waited = now - start
-                self.watchdog.check(now)
+                if not self.watchdog.threaded:
+                    self.watchdog.check(now)
                 if waited > 1.0:
                     time.sleep(0.0005)  # a long wait: stop burning a core
                 elif self.oversubscribed and waited > YIELD_AFTER_S:

@@ -126,8 +126,11 @@ class Watchdog:
 
     def poll(self, answer: bool) -> None:
         comm = self.comm
-        while comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG):
-            message = comm.recv(source=MPI.ANY_SOURCE, tag=TAG)
+        while True:
+            matched = comm.improbe(source=MPI.ANY_SOURCE, tag=TAG)
+            if matched is None:
+                break
+            message = matched.recv()
             kind, sender = message[0], message[1]
             if kind == "census?":
                 if answer:

@@ -25,13 +25,18 @@ def test_different_collectives_are_reported(run_mpi):
     assert len(result.lines("done")) == 3
 
 
-def test_stall_warning_names_the_missing_rank(run_mpi):
-    result = run_mpi(3, "faults.py", "sleep", "3", env={"DDL_STALL_WARNING_S": "0.5"})
+@pytest.mark.parametrize("thread_level, missing", [
+    ("multiple", "rank 1 (busy outside ddl_runtime after collective #1)"),  # a watchdog thread answers
+    ("funneled", "rank 1 (silent: hung or dead)"),  # no thread: ranks answer only while waiting
+])
+def test_stall_warning_names_the_missing_rank(run_mpi, thread_level, missing):
+    result = run_mpi(3, "faults.py", "sleep", "3",
+                     env={"DDL_STALL_WARNING_S": "0.5", "MPI4PY_RC_THREAD_LEVEL": thread_level})
     assert result.returncode == 0, result.stderr[-2000:]
     lines = stall_lines(result)
     assert len(lines) == 1, result.stderr  # logged once, by the lowest waiting rank
     assert "rank 0/3: stall:" in lines[0]
-    assert "not arrived: rank 1 (busy outside ddl_runtime after collective #1);" in lines[0]
+    assert f"not arrived: {missing};" in lines[0]
     assert "waiting in it: ranks 0,2" in lines[0]
     assert "allreduce_n[2 tensors, first 'x'] (collective #2)" in lines[0]
     assert len(result.lines("done")) == 3
@@ -45,6 +50,12 @@ def test_stall_shutdown_aborts_the_job(run_mpi):
     assert result.seconds < 15, f"took {result.seconds:.1f} s"
     assert "stall: aborting after DDL_STALL_SHUTDOWN_S=2" in result.stderr
     assert "not arrived: rank 1" in result.stderr
+
+
+def test_early_exit_detected_without_watchdog_thread(run_mpi):
+    result = run_mpi(3, "faults.py", "exit", env={"MPI4PY_RC_THREAD_LEVEL": "funneled"}, timeout=60)
+    assert result.returncode != 0 and result.seconds < 30
+    assert "rank 1 left (finalize or exit) after 1 collectives" in result.stderr
 
 
 @pytest.mark.parametrize("what, message", [
