@@ -70,8 +70,10 @@ def test_lmod_loads_lua_modulefile(created_env: Path, cli, tmp_path: Path):
 
 
 @pytest.mark.skipif(MODULECMD is None or TCLSH is None,
-                    reason="Environment Modules is not installed (Debian: apt-get install "
-                           "environment-modules; it conflicts with lmod, see BENCHMARKS/CI notes)")
+                    reason="Environment Modules' modulecmd.tcl not found. Debian's "
+                           "environment-modules conflicts with lmod, so CI unpacks it beside lmod: "
+                           "apt-get download environment-modules && dpkg-deb -x "
+                           "environment-modules_*.deb /opt/envmodules (or set WML_TEST_MODULECMD_TCL)")
 def test_environment_modules_loads_tcl_modulefile(created_env: Path, cli, tmp_path: Path):
     mpath = tmp_path / "modules"
     mpath.mkdir()
