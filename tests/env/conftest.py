@@ -1,8 +1,6 @@
 """Fixtures for the ``wml env`` tests: a real local conda channel, built offline, and envs."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
