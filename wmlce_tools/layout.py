@@ -109,8 +109,12 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
     rpn = req.ranks_per_node or (G if G > 0 else 1)
     if req.gpus_per_rank is not None:
         gpr = req.gpus_per_rank
+    elif G and rpn > G:
+        raise LayoutError(
+            f"{rpn} ranks per node but a {site.name} node has {G} GPUs; "
+            "give --gpus-per-rank 0 to run CPU-only ranks")
     else:
-        gpr = G // rpn if G >= rpn else 0
+        gpr = G // rpn if G else 0
     if gpr * rpn > G:
         raise LayoutError(
             f"{rpn} ranks per node x {gpr} GPU(s) per rank = {gpr * rpn} GPUs, "

@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 
 from .errors import WmlError
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ResourceRequest:
                 opt = "--" + name.replace("_", "-")
                 raise WmlError(f"{opt} must be an integer >= {low}, got {v!r}")
         for key, _ in self.exports:
-            if not _ENV_NAME.match(key):
+            if not ENV_NAME.match(key):
                 raise WmlError(f"--export {key!r}: not a valid environment variable name")
         if self.after is not None and not re.match(r"^[A-Za-z0-9_.\[\]-]+$", self.after):
             raise WmlError(f"--after {self.after!r}: not a job id")
@@ -58,7 +58,7 @@ def parse_exports(items: list[str]) -> Tuple[Tuple[str, str], ...]:
         if "=" not in item:
             raise WmlError(f"--export {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
-        if not _ENV_NAME.match(k):
+        if not ENV_NAME.match(k):
             raise WmlError(f"--export {item!r}: {k!r} is not a valid environment variable name")
         out.append((k, v))
     return tuple(out)

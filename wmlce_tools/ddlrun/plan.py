@@ -138,12 +138,12 @@ def _hosts(opts: DdlrunOptions, site: SiteProfile, env: Mapping[str, str]) -> Ho
 
 
 def _exports(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
-    from ..resources import _ENV_NAME
+    from ..resources import ENV_NAME
 
     out: Dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
-        if not _ENV_NAME.match(key):
+        if not ENV_NAME.match(key):
             raise WmlError(f"-x {item!r}: {key!r} is not a valid environment variable name")
         if not eq:
             if key not in env:
