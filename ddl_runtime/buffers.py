@@ -81,8 +81,18 @@ def _check_dtype(dtype_name: str, name: str) -> None:
         )
 
 
+_dtype_names: dict = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = dtype.name  # numpy computes .name on every access
+    return name
+
+
 def _from_numpy(arr: np.ndarray, name: str, writable: bool) -> TensorRef:
-    dtype_name = arr.dtype.name
+    dtype_name = _dtype_name(arr.dtype)
     _check_dtype(dtype_name, name)
     if not arr.flags.c_contiguous:
         raise DDLInputError(f"tensor '{name}' is not contiguous (strides {arr.strides}); pass np.ascontiguousarray(x)")
