@@ -10,7 +10,7 @@ noarch        wml-greet 1.0   bin/wml-greet prints its prefix; depends on wml-co
 noarch        wml-base 1.0, 2.0  etc/conda/activate.d/wml-base.sh (sets WML_BASE_ACTIVE)
 linux-64      wml-core 1.0    bin/wml-core prints platform + prefix; depends on wml-base >=2, __glibc >=2.17
 linux-ppc64le wml-core 1.0    same for ppc64le
-linux-64      python 3.11     a venv-style interpreter (copy of this machine's python + pyvenv.cfg)
+linux-64      python 3.11     a venv-style interpreter (symlink to this machine's python + pyvenv.cfg)
 linux-ppc64le python 3.11     placeholder script (never run here)
 linux-64      wml-broken 1.0  paths.json names a file the archive lacks: linking it fails
 noarch        wml-pyutil 1.0  noarch: python (site-packages/ relocated into lib/pythonX.Y/)
@@ -151,7 +151,8 @@ def fixture_packages() -> list[PackageSpec]:
     home = Path(sys.base_prefix) / "bin"
     pkgs.append(PackageSpec(
         "python", f"{pyver}.{sys.version_info[2]}", "h0_wmltest", "linux-64",
-        files=[FileSpec(f"bin/python{pyver}", real_python.read_bytes(), mode=0o755),
+        # a symlink, as `python -m venv` makes: works whatever RPATH the real binary has
+        files=[FileSpec(f"bin/python{pyver}", b"", symlink_to=str(real_python.resolve())),
                FileSpec("bin/python3", b"", symlink_to=f"python{pyver}"),
                FileSpec("bin/python", b"", symlink_to=f"python{pyver}"),
                FileSpec("pyvenv.cfg",
