@@ -102,3 +102,13 @@ def test_bad_settings_fail_init_on_every_rank(run_mpi, env, words):
     assert len(errors) == 2, result.stderr[-2000:]  # both ranks, before any communication
     for word in words:
         assert word in errors[0]
+
+
+def test_ddl_keras_callbacks_resolve_lazily():
+    proc = run_python("import sys, ddl\n"
+                      "assert 'keras' not in sys.modules\n"
+                      "import ddl_runtime.keras as k\n"
+                      "print(ddl.DDLCallback is k.DDLCallback, ddl.DDLGlobalVariablesCallback is k.DDLGlobalVariablesCallback)",
+                      env={"KERAS_BACKEND": "torch"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True True"

@@ -126,6 +126,23 @@ for i, t in enumerate(out1):
 check("async sum 0", out2[0], (77,), "float64", seed + 10, "sum")
 check("async sum 1", out2[1], (2_000_000,), "float32", seed + 11, "sum")
 seed += 20
+# async handles interleaved with blocking collectives (buckets of h3 stay in flight meanwhile)
+third = [make(R, (150_000,), "float32", seed), make(R, (33,), "bfloat16", seed + 1)]
+h3 = ddl.allreduce_n_async(third, op="sum", names=["big", "small16"])
+mid = [make(R, (1000,), "float64", seed + 2)]
+ddl.allreduce_n(mid, op="avg", names=["mid"])
+b = make(R, (9,), "int64", seed + 3)
+ddl.bcast(b, root=0, name="mid.b")
+h4 = ddl.allreduce_n_async([make(R, (5,), "int32", seed + 4)], op="sum", names=["late"])
+late = h4.wait()[0]
+h3.wait()
+check("interleaved async big", third[0], (150_000,), "float32", seed, "sum")
+check("interleaved async bf16", third[1], (33,), "bfloat16", seed + 1, "sum")
+check("interleaved sync avg", mid[0], (1000,), "float64", seed + 2, "avg")
+check("interleaved async late", late, (5,), "int32", seed + 4, "sum")
+if not np.array_equal(as64(b), rounded(values(0, (9,), "int64", seed + 3), "int64")):
+    failures.append("interleaved bcast")
+seed += 10
 
 # 4. bcast / bcast_n from the last rank
 root = N - 1
