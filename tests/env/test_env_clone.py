@@ -114,3 +114,17 @@ def test_clone_ppc64le_env_files_only(lockfile: Path, cli, tmp_path: Path):
     dst = tmp_path / "ppc2"
     cli("env", "clone", src, dst, "--no-progress")
     assert f"prefix={dst}" in (dst / "bin" / "wml-core").read_text()
+
+
+def test_verify_catches_what_a_plain_copy_breaks(source_env: Path, tmp_path: Path, cli):
+    """The WML CE pitfall: copying an env (as `conda create --clone` did for pip packages)
+    leaves pip's scripts on the old env's python; verify says so, wml's clone does not."""
+    copied = tmp_path / "copied"
+    shutil.copytree(source_env, copied, symlinks=True)
+    proc = run_wml("env", "verify", copied)
+    assert proc.returncode == 1
+    assert (f"wml-hello==0.1 (pip): bin/wml-hello: runs {source_env}/bin/python, "
+            "not this env's python") in proc.stdout
+    cloned = tmp_path / "cloned"
+    cli("env", "clone", source_env, cloned, "--no-progress")
+    assert "OK" in cli("env", "verify", cloned).output

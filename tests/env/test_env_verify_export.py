@@ -24,7 +24,8 @@ def test_verify_detects_corruption_and_missing_files(created_env: Path):
     assert proc.returncode == 1
     assert "wml-greet-1.0-0: bin/wml-greet: sha256 mismatch" in proc.stdout
     assert "wml-base-2.0-0: share/wml-base/VERSION: missing" in proc.stdout
-    assert proc.stderr.strip() == f"wml: error: {created_env}: 2 file problem(s), 0 failed import(s)"
+    assert proc.stderr.strip() == (f"wml: error: {created_env}: 2 file problem(s), "
+                                   "0 pip script problem(s), 0 failed import(s)")
 
 
 def test_verify_failing_import(created_env: Path, cli):

@@ -181,12 +181,15 @@ def verify_cmd(
     report = verify_env(prefix, imports or None)
     for fp in report.file_problems:
         typer.echo(f"{fp.package}: {fp.path}: {fp.problem}")
+    for pp in report.pip_problems:
+        typer.echo(f"{pp.dist} (pip): {pp.path}: {pp.problem}")
     for ip in report.import_problems:
         typer.echo(f"import {ip.module}: {ip.error}")
     if report.note:
         _info(report.note)
     if not report.ok:
         _fail(f"{prefix}: {len(report.file_problems)} file problem(s), "
+              f"{len(report.pip_problems)} pip script problem(s), "
               f"{len(report.import_problems)} failed import(s)", 1)
     typer.echo(f"{prefix}: OK ({report.packages} packages, {report.files_checked} files, "
                f"{len(report.imports_checked)} imports)")

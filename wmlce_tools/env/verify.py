@@ -1,4 +1,5 @@
-"""``wml env verify``: every package file present and intact; the spec's imports work.
+"""``wml env verify``: every package file present and intact; the spec's imports work;
+pip-installed scripts run this env's python.
 
 For each conda record the installer wrote ``paths_data`` into ``conda-meta``: each file's
 sha256 as shipped and, for files whose prefix placeholder was rewritten, its sha256 in the
@@ -25,6 +26,13 @@ class FileProblem:
 
 
 @dataclass
+class PipProblem:
+    dist: str
+    path: str
+    problem: str
+
+
+@dataclass
 class ImportProblem:
     module: str
     error: str
@@ -37,12 +45,13 @@ class VerifyReport:
     files_checked: int = 0
     imports_checked: list[str] = field(default_factory=list)
     file_problems: list[FileProblem] = field(default_factory=list)
+    pip_problems: list[PipProblem] = field(default_factory=list)
     import_problems: list[ImportProblem] = field(default_factory=list)
     note: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.file_problems and not self.import_problems
+        return not self.file_problems and not self.pip_problems and not self.import_problems
 
 
 def _sha256(path: Path) -> str:
@@ -76,6 +85,35 @@ def check_files(prefix: Path, report: VerifyReport) -> None:
                 report.file_problems.append(FileProblem(pkg, rel.as_posix(), "sha256 mismatch"))
 
 
+def check_pip_scripts(prefix: Path, report: VerifyReport) -> None:
+    """pip-installed scripts must run this env's python.
+
+    This is what ``conda create --clone`` got wrong for WML CE: it copied pip's console
+    scripts (horovodrun, ...) whose ``#!`` line still named the original env's python.
+    """
+    from wmlce_tools.env.installed import owned_files, pip_dists
+
+    root = prefix.resolve()
+    for dist in pip_dists(prefix, owned_files(conda_records(prefix))):
+        for f in dist.files:
+            try:
+                rel = f.relative_to(root)
+            except ValueError:
+                continue
+            if rel.parts[:1] != ("bin",) or not f.is_file():
+                continue
+            with f.open("rb") as fh:
+                first = fh.readline(4096)
+            if not first.startswith(b"#!"):
+                continue
+            interp = first[2:].strip().split(b" ")[0].decode(errors="replace")
+            if "python" in Path(interp).name and not (interp.startswith(str(prefix) + "/")
+                                                      or interp.startswith(str(root) + "/")):
+                report.pip_problems.append(PipProblem(
+                    f"{dist.name}=={dist.version}", rel.as_posix(),
+                    f"runs {interp}, not this env's python"))
+
+
 def check_imports(prefix: Path, modules: list[str], report: VerifyReport) -> None:
     if not modules:
         return
@@ -98,6 +136,7 @@ def check_imports(prefix: Path, modules: list[str], report: VerifyReport) -> Non
 def verify_env(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
     report = VerifyReport(prefix=prefix)
     check_files(prefix, report)
+    check_pip_scripts(prefix, report)
     if imports is None:
         info = EnvInfo.read(prefix)
         imports = info.imports if info else []
