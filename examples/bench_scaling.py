@@ -101,6 +101,137 @@ def wait_quiet(args: argparse.Namespace) -> float:
     return busy
 
 
+def phases_worker(args: argparse.Namespace) -> int:
+    """One job of K ranks alternating two kinds of phase, --repeats times each:
+
+    - "1 rank": rank 0 trains a plain (non-distributed) copy of the model alone while the
+      other ranks sleep (they poll a non-blocking MPI barrier every millisecond, so they
+      leave the CPUs to it): what a single-process run gets from the machine at that moment;
+    - "K ranks": every rank trains the distributed model (averaged gradients).
+
+    Short phases alternating within one job see the same background load, so the ratio of
+    their medians is robust on a shared machine.
+    """
+    import torch
+    from mpi4py import MPI
+
+    sys.path.insert(0, HERE)
+    import train_digits
+
+    import ddl_runtime.torch as ddl
+
+    torch.set_num_threads(1)
+    ddl.init()
+    rank, size = ddl.rank(), ddl.size()
+    comm = MPI.COMM_WORLD
+
+    def quiet_barrier():
+        req = comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.001)
+
+    x, y, _, _ = train_digits.load_data()
+    b = args.batch_size
+
+    def batches_for(shard_rank, shard_size):
+        idx = torch.tensor(ddl.shard_indices(len(y), shuffle=True, seed=0, rank_=shard_rank, size_=shard_size))
+        xs, ys = x[idx], y[idx]
+        n = max(1, len(ys) // b)
+        return [(xs[i * b:(i + 1) * b].contiguous(), ys[i * b:(i + 1) * b].contiguous()) for i in range(n)]
+
+    torch.manual_seed(0)
+    dist_model = train_digits.DigitsNet()
+    dist_opt = ddl.DistributedOptimizer(
+        torch.optim.SGD(dist_model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9),
+        named_parameters=dist_model.named_parameters())
+    ddl.broadcast_parameters(dist_model.state_dict(), root_rank=0)
+    dist_batches = batches_for(rank, size)
+    solo_model = train_digits.DigitsNet()
+    solo_opt = torch.optim.SGD(solo_model.parameters(), lr=0.01, momentum=0.9)
+    solo_batches = batches_for(0, 1)
+
+    def solo(steps):
+        for i in range(steps):
+            train_digits.train_step(solo_model, solo_opt, *solo_batches[i % len(solo_batches)])
+
+    def together(steps):
+        for i in range(steps):
+            train_digits.train_step(dist_model, dist_opt, *dist_batches[i % len(dist_batches)])
+
+    if rank == 0:
+        solo(args.warmup)
+    together(args.warmup)
+    rows = []
+    for rep in range(args.repeats):
+        for kind in (("solo", "all") if rep % 2 == 0 else ("all", "solo")):
+            quiet_barrier()
+            t0 = time.perf_counter()
+            if kind == "solo":
+                if rank == 0:
+                    solo(args.steps)
+            else:
+                together(args.steps)
+            quiet_barrier()
+            elapsed = time.perf_counter() - t0
+            n = 1 if kind == "solo" else size
+            rows.append({"ranks": n, "seconds": elapsed, "samples_per_s": n * b * args.steps / elapsed,
+                         "step_ms": 1000 * elapsed / args.steps, "loadavg": os.getloadavg()[0]})
+            if rank == 0:
+                print(f"phase {len(rows):3d}: {n} rank(s): {rows[-1]['samples_per_s']:9.0f} samples/s "
+                      f"({rows[-1]['step_ms']:.2f} ms/step, load average {rows[-1]['loadavg']:.1f})", flush=True)
+    # the distributed model stayed in sync through all of it
+    divergence = ddl.parameters_max_divergence(dist_model)
+    if rank == 0:
+        with open(args.worker, "w") as fh:
+            json.dump({"phases": rows, "max_divergence": divergence}, fh)
+    return 0
+
+
+def phases_driver(args: argparse.Namespace) -> int:
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        raise SystemExit("bench_scaling: mpiexec not found (pip install mpich mpi4py)")
+    k = args.ranks
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [mpiexec, "-n", str(k), sys.executable, os.path.abspath(__file__), "--phases-worker", "--worker", out,
+           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--repeats", str(args.repeats)]
+    try:
+        proc = subprocess.run(cmd, text=True, timeout=args.timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_scaling: {' '.join(cmd)} failed ({proc.returncode})")
+        with open(out) as fh:
+            data = json.load(fh)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"bench_scaling: {' '.join(cmd)} did not finish within {args.timeout} s") from None
+    finally:
+        os.unlink(out)
+    rows = data["phases"]
+    one = [r["samples_per_s"] for r in rows if r["ranks"] == 1]
+    many = [r["samples_per_s"] for r in rows if r["ranks"] == k]
+    med1, medk = statistics.median(one), statistics.median(many)
+    # adjacent phases (same repeat) as pairs
+    pairs = [rows[i + 1]["samples_per_s"] / (k * rows[i]["samples_per_s"]) if rows[i]["ranks"] == 1
+             else rows[i]["samples_per_s"] / (k * rows[i + 1]["samples_per_s"])
+             for i in range(0, len(rows) - 1, 2)]
+    summary = {"mode": "phases", "machine": machine(), "ranks": k, "batch_size": args.batch_size,
+               "steps": args.steps, "repeats": args.repeats, "samples_per_s_1": one,
+               f"samples_per_s_{k}": many, "median_1": med1, f"median_{k}": medk,
+               "efficiency": medk / (k * med1), "pair_efficiency_median": statistics.median(pairs),
+               "pair_efficiency_range": [min(pairs), max(pairs)],
+               "loadavg": [r["loadavg"] for r in rows], "max_divergence": data["max_divergence"]}
+    print(f"\n1 rank: median {med1:,.0f} samples/s; {k} ranks: median {medk:,.0f} samples/s "
+          f"({len(one)} phases each, {args.steps} steps of batch {args.batch_size} per rank)")
+    print(f"scaling efficiency {100 * summary['efficiency']:.1f} % (per-pair median "
+          f"{100 * summary['pair_efficiency_median']:.1f} %, range {100 * min(pairs):.1f}-{100 * max(pairs):.1f} %); "
+          f"ranks in sync at the end: {data['max_divergence'] == 0.0}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(summary, fh, indent=1)
+    return 0
+
+
 def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False) -> dict:
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
@@ -108,8 +239,7 @@ def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False) -> dic
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    prefix = ["nice", "-n", str(-args.priority)] if args.priority else []
-    cmd = prefix + [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", out,
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", out,
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--no-comm"] if no_comm else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
@@ -166,7 +296,7 @@ def driver(args: argparse.Namespace) -> int:
     pairs = [m / (k * o) for o, m in zip(one, many)]
     summary = {
         "machine": machine(), "ranks": k, "batch_size": args.batch_size, "steps": args.steps,
-        "repeats": args.repeats, "max_busy": args.max_busy, "priority": args.priority,
+        "repeats": args.repeats, "max_busy": args.max_busy,
         "busy_before": {n: [r["busy_before"] for r in results[n]] for n in results},
         "samples_per_s_1": one, f"samples_per_s_{k}": many,
         "median_1": med1, f"median_{k}": medk, "efficiency": eff,
@@ -203,21 +333,22 @@ def main(argv=None) -> int:
                    help="before each job wait until other work keeps at most this fraction of the CPUs "
                         "busy (e.g. 0.1 on a shared machine; default 1.0: do not wait)")
     p.add_argument("--max-wait", type=float, default=120, help="longest wait for --max-busy, seconds")
-    p.add_argument("--priority", type=int, default=0,
-                   help="run the jobs at nice -N (root only): on a shared machine this approximates "
-                        "dedicated cores; the report says so (default 0: normal priority)")
     p.add_argument("--json", default=None, help="write the summary here")
     p.add_argument("--independent", action="store_true",
                    help="also time K ranks training independently (no communication): what the machine "
                         "itself allows K processes, to tell the runtime's cost from contention")
+    p.add_argument("--mode", choices=("phases", "jobs"), default="phases",
+                   help="phases (default): one K-rank job alternating 1-rank and K-rank phases; "
+                        "jobs: separate mpiexec -n 1 and -n K jobs, alternating")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--phases-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-comm", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.ranks < 2:
         p.error("--ranks must be at least 2")
     if args.worker:
-        return worker(args)
-    return driver(args)
+        return phases_worker(args) if args.phases_worker else worker(args)
+    return phases_driver(args) if args.mode == "phases" else driver(args)
 
 
 if __name__ == "__main__":
