@@ -44,15 +44,34 @@ class MpiResult:
         assert self.returncode == 0, self.stderr[-3000:]
 
 
-def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90) -> MpiResult:
-    """Run mpi_scripts/<script> on n ranks; DDL_* variables come only from `env`."""
-    mpiexec = shutil.which("mpiexec")
-    assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+OPENMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"  # Debian's openmpi-bin
+OPENMPI_LIBMPI = "libmpi.so.40"  # Open MPI 4.x; mpi4py loads it when MPI4PY_LIBMPI names it
+
+
+def openmpi_available() -> bool:
+    return Path(OPENMPI_MPIEXEC).exists() and any(Path("/usr/lib").glob(f"*/{OPENMPI_LIBMPI}"))
+
+
+def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90,
+           mpi: str = "mpich") -> MpiResult:
+    """Run mpi_scripts/<script> on n ranks; DDL_* variables come only from `env`.
+
+    mpi="mpich": pip's MPICH wheel (its mpiexec on PATH).  mpi="openmpi": Debian's Open MPI,
+    with mpi4py pointed at its libmpi at run time.
+    """
     environment = {k: v for k, v in os.environ.items() if not k.startswith("DDL_")}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
     environment.setdefault("OMP_NUM_THREADS", "1")
+    if mpi == "openmpi":
+        launcher = [OPENMPI_MPIEXEC, "--oversubscribe"]
+        environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                           MPI4PY_LIBMPI=OPENMPI_LIBMPI)
+    else:
+        mpiexec = shutil.which("mpiexec")
+        assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+        launcher = [mpiexec]
     environment.update(env or {})
-    cmd = [mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+    cmd = [*launcher, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
     return MpiResult(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
@@ -61,3 +80,11 @@ def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: fl
 @pytest.fixture
 def run_mpi():
     return mpirun
+
+
+@pytest.fixture
+def openmpi():
+    """Skips when Debian's Open MPI is absent (it is an optional second MPI: apt-get install openmpi-bin)."""
+    if not openmpi_available():
+        pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
+    return "openmpi"

@@ -1,10 +1,12 @@
 """Bad input gives one clear error before any communication, so no rank is left waiting."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 EXPECT = {
     "non-contiguous": ["w.strided", "not contiguous"],
@@ -48,7 +50,6 @@ def test_bad_inputs_raise_before_communicating(run_mpi):
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 60):
-    import os
     environment = {k: v for k, v in os.environ.items() if not k.startswith("DDL_")}
     environment["PYTHONPATH"] = str(REPO)
     environment.update(env or {})
