@@ -44,6 +44,8 @@ class MpiResult:
         assert self.returncode == 0, self.stderr[-3000:]
 
 
+# the job's settings come only from `env`; launcher variables from an enclosing job must not leak in
+FOREIGN = ("DDL_", "SLURM_", "PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL", "JSM_", "ALPS_", "LSB_", "MPI4PY_")
 OPENMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"  # Debian's openmpi-bin
 OPENMPI_LIBMPI = "libmpi.so.40"  # Open MPI 4.x; mpi4py loads it when MPI4PY_LIBMPI names it
 
@@ -54,12 +56,12 @@ def openmpi_available() -> bool:
 
 def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90,
            mpi: str = "mpich") -> MpiResult:
-    """Run mpi_scripts/<script> on n ranks; DDL_* variables come only from `env`.
+    """Run mpi_scripts/<script> on n ranks; DDL_* (and launcher) variables come only from `env`.
 
     mpi="mpich": pip's MPICH wheel (its mpiexec on PATH).  mpi="openmpi": Debian's Open MPI,
     with mpi4py pointed at its libmpi at run time.
     """
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("DDL_")}
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
     environment.setdefault("OMP_NUM_THREADS", "1")
     if mpi == "openmpi":
