@@ -49,3 +49,16 @@ def test_grouping_precedence(run_mpi, env, expect):
         assert not t["failures"]
         assert (t["local_size"], t["cross_size"], t["algorithm"], t["source"]) == expect
         assert t["local_rank"] == t["rank"] % expect[0] and t["cross_rank"] == t["rank"] // expect[0]
+
+
+def test_check_names_the_tensor_that_differs_from_the_baseline(run_mpi):
+    """A fault injected into one rank's hierarchical result: every rank raises naming it."""
+    result = run_mpi(4, "check_fault.py", env={"DDL_EMULATE_NODES": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    (summary,) = result.json_lines("SUMMARY ")
+    for rank in summary:
+        assert rank["calls"] == [False, True]  # flat baseline first, then the hierarchical run
+        assert rank["error"] is not None and "check failed: tensor 'w.bad' differs from the MPI_Allreduce " \
+            "baseline by more than 0.001" in rank["error"]
+        assert rank["after_ok"]
+    assert "relative difference 0.125 here" in summary[0]["error"]

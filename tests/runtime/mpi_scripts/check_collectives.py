@@ -189,6 +189,8 @@ if not np.array_equal(ddl.shard(arr), np.array_split(arr, N)[R]):
 if ddl.scale_lr(0.1) != 0.1 * N:
     failures.append("scale_lr")
 ddl.barrier()
+if ddl.allreduce_n([]) != [] or ddl.allreduce_n_async([]).wait() != []:
+    failures.append("allreduce_n of an empty list")
 
 t = ddl.topology_info()
 mine = {"rank": R, "size": N, "local_rank": ddl.local_rank(), "local_size": ddl.local_size(),
