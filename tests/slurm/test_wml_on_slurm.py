@@ -264,13 +264,14 @@ def _local_slurm_variant(tmp_path: Path, **queues: str) -> Dict[str, str]:
     return {"WML_SITE_PATH": str(sites)}
 
 
-def _render(site: str, program: List[str], tmp_path: Path, **req) -> str:
-    """The script ``wml render`` prints, rendered in this process (fast: 144 of them below)."""
+def _render(site: str, program: List[str], tmp_path: Path, env=None, **req) -> str:
+    """The script ``wml render`` prints, rendered in this process (fast: 288 of them below)."""
     from wmlce_tools.jobscript import plan_job, render_script
     from wmlce_tools.resources import ResourceRequest
     from wmlce_tools.site.registry import get_site
 
-    plan = plan_job(get_site(site), ResourceRequest(**req), program, jobdir=tmp_path / "jobdir", workdir=tmp_path)
+    profile = get_site(site, {**os.environ, **(env or {})})
+    plan = plan_job(profile, ResourceRequest(**req), program, jobdir=tmp_path / "jobdir", workdir=tmp_path)
     return render_script(plan)
 
 
@@ -303,9 +304,27 @@ def test_every_template_option_combination_is_accepted_by_sbatch_test_only(wml, 
     assert checked == 3 * 2 * 2 * 3 * 2 * 2 * 2
 
 
-def test_gpu_directive_is_valid_sbatch_syntax(wml, tmp_path):
-    """--gpus-per-node (GPU sites only): this cluster has no GPUs, so sbatch refuses the
-    request for want of GPUs, never for the option's spelling."""
+def test_gpu_directives_through_sbatch_test_only(wml, tmp_path):
+    """``--gpus-per-node`` (GPU sites only).  With the cluster's emulated GPUs
+    (WML_SLURM_GPUS, the test fixture starts 2 per node) sbatch must accept it for a site
+    profile of this cluster with its GPUs, in both GPU bindings; and a request for more GPUs
+    than a node has is refused for want of GPUs, never for the option's spelling."""
+    gpus = wml.slurm.gpus_per_node
+    if gpus:
+        base = (REPO / "site_configs" / "local-slurm.yaml").read_text().replace("name: local-slurm", "name: gpu-x")
+        base = re.sub(r"detect:\n(  .*\n)+", "", base).replace("gpus_per_socket: 0", f"gpus_per_socket: {gpus}")
+        for binding in ("per-rank", "local-rank"):
+            sites = tmp_path / f"sites-{binding}"
+            sites.mkdir()
+            (sites / "gpu-x.yaml").write_text(base + f"gpu_binding: {binding}\n")
+            for nodes, rpn in ((1, 1), (2, gpus)):
+                script = _render("gpu-x", ["true"], tmp_path, env={"WML_SITE_PATH": str(sites)},
+                                 nodes=nodes, ranks_per_node=rpn, walltime=5)
+                assert f"#SBATCH --gpus-per-node={gpus}" in script, script
+                path = tmp_path / f"gpu-{binding}-{nodes}.sh"
+                path.write_text(script)
+                proc = wml.slurm.run("sbatch", "--test-only", str(path), check=False, cwd=tmp_path)
+                assert proc.returncode == 0 and "to start at" in proc.stderr, (binding, nodes, proc.stderr, script)
     script = _render("slurm-gpu", ["true"], tmp_path, nodes=1, queue="debug", walltime=10)
     assert "#SBATCH --gpus-per-node=4" in script
     path = tmp_path / "gpu.sh"
