@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -79,45 +78,33 @@ def site_packages_dirs(prefix: Path) -> list[Path]:
     return sorted(p for p in (prefix / "lib").glob("python*/site-packages") if p.is_dir())
 
 
-def _read_record(dist_info: Path) -> list[Path]:
-    import csv
-
-    record = dist_info / "RECORD"
-    if not record.is_file():
-        return []
-    out = []
-    with record.open(newline="") as fh:
-        for row in csv.reader(fh):
-            if row:
-                out.append((dist_info.parent / row[0]).resolve())
-    return out
-
-
 def pip_dists(prefix: Path, owned: set[str]) -> list[PipDist]:
-    """``*.dist-info`` directories in site-packages that no conda record owns."""
+    """``*.dist-info`` directories in site-packages that no conda record owns, read with
+    ``importlib.metadata`` (METADATA, RECORD, INSTALLER, PEP 610 direct_url.json)."""
+    from importlib.metadata import PathDistribution
+
     out = []
     for sp in site_packages_dirs(prefix):
         for dist_info in sorted(sp.glob("*.dist-info")):
             meta_file = dist_info / "METADATA"
-            rel = (dist_info / "METADATA").relative_to(prefix).as_posix()
-            if rel in owned or not meta_file.is_file():
+            if meta_file.relative_to(prefix).as_posix() in owned or not meta_file.is_file():
                 continue
-            headers = HeaderParser().parsestr(meta_file.read_text(errors="replace"))
+            dist = PathDistribution(dist_info)
             direct_url = None
             editable = False
-            du = dist_info / "direct_url.json"
-            if du.is_file():
+            text = dist.read_text("direct_url.json")
+            if text:
                 try:
-                    info = json.loads(du.read_text())
+                    info = json.loads(text)
                     direct_url = info.get("url")
                     editable = bool(info.get("dir_info", {}).get("editable"))
                 except (ValueError, AttributeError):
                     pass
-            installer = (dist_info / "INSTALLER").read_text().strip() if (dist_info / "INSTALLER").is_file() else ""
-            out.append(PipDist(name=headers.get("Name", dist_info.name.split("-")[0]),
-                               version=headers.get("Version", ""), dist_info=dist_info,
-                               installer=installer, direct_url=direct_url, editable=editable,
-                               files=_read_record(dist_info)))
+            files = [Path(f.locate()).resolve() for f in (dist.files or [])]
+            out.append(PipDist(name=dist.metadata["Name"] or dist_info.name.split("-")[0],
+                               version=dist.version or "", dist_info=dist_info,
+                               installer=(dist.read_text("INSTALLER") or "").strip(),
+                               direct_url=direct_url, editable=editable, files=files))
     return out
 
 
