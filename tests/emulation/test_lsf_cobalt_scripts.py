@@ -57,6 +57,9 @@ class Emulation:
         script.write_text(script_text)
         script.chmod(0o755)
         env = dict(self.base_env)
+        # a real Lmod/Environment Modules init (BASH_ENV) would replace the module double
+        for var in ("BASH_ENV", "ENV", "MODULEPATH", "LOADEDMODULES"):
+            env.pop(var, None)
         env.update(module_function_env())
         env.update(sched_env)
         env["PATH"] = f"{DOUBLES}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
