@@ -54,6 +54,14 @@ class Runtime:
         hierarchy = hierarchy_for(self.size, self.env.mode, self.env.emulate_nodes)
         fusion_mb = DEFAULT_FUSION_MB if self.env.fusion_mb is None else self.env.fusion_mb
         self.fusion_bytes = int(fusion_mb * 1024 * 1024)
+        self.aborting = False
+        try:
+            self._setup(hierarchy)
+        except BaseException as exc:  # noqa: BLE001 - other ranks are inside collectives by now
+            self.abort(f"init failed on this rank: {type(exc).__name__}: {exc}")
+
+    def _setup(self, hierarchy) -> None:
+        world = self.world
         self.control = world.Dup()
         self.side = world.Dup()
         self.topology, algorithms = self._build_algorithms(hierarchy)
@@ -63,13 +71,12 @@ class Runtime:
         self.watchdog = Watchdog(self.side, self.env.stall_warning_s, self.env.stall_shutdown_s, self.abort)
         self.engine = Engine(algorithms, self.watchdog, self.timeline, MAX_INFLIGHT)
         self.engine.oversubscribed = self._ranks_on_host() > _cores()
-        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
-            self.watchdog.start_thread()  # else the engine polls and runs the checks itself
         self.algorithms = algorithms
         self.plans: dict = {}
         self.finalized = False
-        self.aborting = False
         self._select_gpu()
+        if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+            self.watchdog.start_thread()  # else the engine polls and runs the checks itself
 
     # -- topology -------------------------------------------------------------------------
     def _build_algorithms(self, hierarchy):
@@ -133,7 +140,7 @@ class Runtime:
             self.aborting = True
             _log.log(f"{message}; aborting the job", before=detail)
             try:
-                self.timeline.flush()
+                getattr(self, "timeline", NullTimeline()).flush()
             except Exception:  # noqa: BLE001 - the abort must happen regardless
                 pass
             time.sleep(ABORT_GRACE_S)  # mpiexec forwards output asynchronously and stops at the abort

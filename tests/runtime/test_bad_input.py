@@ -113,3 +113,11 @@ def test_ddl_keras_callbacks_resolve_lazily():
                       env={"KERAS_BACKEND": "torch"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "True True"
+
+
+def test_init_failing_on_one_rank_aborts_the_job(run_mpi):
+    """DDL_LAYOUT_GPUS names a GPU for local rank 0 only: rank 1 fails after communication began."""
+    result = run_mpi(2, "topology.py", env={"DDL_LAYOUT_GPUS": "0"}, timeout=60)
+    assert result.returncode != 0 and result.seconds < 30
+    assert ("rank 1/2: init failed on this rank: DDLInputError: DDL_LAYOUT_GPUS lists GPUs for 1 local ranks; "
+            "local rank 1 has none; aborting the job") in result.stderr
