@@ -165,17 +165,21 @@ def phases_worker(args: argparse.Namespace) -> int:
     for rep in range(args.repeats):
         for kind in (("solo", "all") if rep % 2 == 0 else ("all", "solo")):
             quiet_barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if kind == "solo":
                 if rank == 0:
                     solo(args.steps)
             else:
                 together(args.steps)
+            c1 = time.process_time()
             quiet_barrier()
             elapsed = time.perf_counter() - t0
             n = 1 if kind == "solo" else size
+            # CPU seconds the training ranks used (busy-polling while waiting for a peer included)
+            cpu = comm.allreduce(c1 - c0 if (kind == "all" or rank == 0) else 0.0)
             rows.append({"ranks": n, "seconds": elapsed, "samples_per_s": n * b * args.steps / elapsed,
-                         "step_ms": 1000 * elapsed / args.steps, "loadavg": os.getloadavg()[0]})
+                         "step_ms": 1000 * elapsed / args.steps, "loadavg": os.getloadavg()[0],
+                         "cpu_s": cpu, "samples_per_cpu_s": n * b * args.steps / cpu})
             if rank == 0:
                 print(f"phase {len(rows):3d}: {n} rank(s): {rows[-1]['samples_per_s']:9.0f} samples/s "
                       f"({rows[-1]['step_ms']:.2f} ms/step, load average {rows[-1]['loadavg']:.1f})", flush=True)
@@ -215,7 +219,10 @@ def phases_driver(args: argparse.Namespace) -> int:
     pairs = [rows[i + 1]["samples_per_s"] / (k * rows[i]["samples_per_s"]) if rows[i]["ranks"] == 1
              else rows[i]["samples_per_s"] / (k * rows[i + 1]["samples_per_s"])
              for i in range(0, len(rows) - 1, 2)]
-    summary = {"mode": "phases", "machine": machine(), "ranks": k, "batch_size": args.batch_size,
+    cpu1 = statistics.median(r["samples_per_cpu_s"] for r in rows if r["ranks"] == 1)
+    cpuk = statistics.median(r["samples_per_cpu_s"] for r in rows if r["ranks"] == k)
+    summary = {"mode": "phases", "samples_per_cpu_s_1": cpu1, f"samples_per_cpu_s_{k}": cpuk,
+               "cpu_efficiency": cpuk / cpu1, "machine": machine(), "ranks": k, "batch_size": args.batch_size,
                "steps": args.steps, "repeats": args.repeats, "samples_per_s_1": one,
                f"samples_per_s_{k}": many, "median_1": med1, f"median_{k}": medk,
                "efficiency": medk / (k * med1), "pair_efficiency_median": statistics.median(pairs),
@@ -226,6 +233,8 @@ def phases_driver(args: argparse.Namespace) -> int:
     print(f"scaling efficiency {100 * summary['efficiency']:.1f} % (per-pair median "
           f"{100 * summary['pair_efficiency_median']:.1f} %, range {100 * min(pairs):.1f}-{100 * max(pairs):.1f} %); "
           f"ranks in sync at the end: {data['max_divergence'] == 0.0}")
+    print(f"CPU efficiency {100 * summary['cpu_efficiency']:.1f} % (samples per CPU-second: 1 rank "
+          f"{cpu1:,.0f}, {k} ranks {cpuk:,.0f}; insensitive to how much CPU other work leaves us)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=1)
