@@ -164,6 +164,28 @@ from .jobs.cli import register as _register_job_commands  # noqa: E402
 _register_job_commands(app)   # wml jobs / status / cancel / logs
 
 
+bench_app = typer.Typer(help="Benchmarks of the DDL runtime.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("allreduce", context_settings=PROGRAM_CONTEXT)
+def bench_allreduce(
+        bench_args: Annotated[Optional[List[str]], typer.Argument(help="Options of python -m ddl_runtime.bench (see --help there).")] = None,
+        ranks: Annotated[int, typer.Option("-n", "--ranks", help="Ranks to run with.")] = 2,
+        site: Site = None) -> None:
+    """Allreduce benchmark (nccl-tests style sweep + ResNet-50 gradients) through ddlrun.
+
+    Runs `ddlrun -n RANKS python -m ddl_runtime.bench ARGS`: on this machine with the local
+    site, or inside an allocation on a cluster."""
+    from .ddlrun.cli import run_cli
+
+    argv = ["-n", str(ranks), "--no-prefix"] + (["--site", site] if site else [])
+    argv += ["--", sys.executable, "-m", "ddl_runtime.bench", *(bench_args or [])]
+    code = run_cli(argv)
+    if code:
+        raise typer.Exit(code)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: user errors are one line on stderr, never a traceback."""
     try:

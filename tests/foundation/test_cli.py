@@ -215,3 +215,11 @@ def test_local_submit_runs_now_streams_output_and_returns_the_exit_status(run_wm
     proc = run_wml("submit", "--nodes", "2", str(prog), "3", timeout=180)
     assert proc.returncode == 3
     assert "finished with exit status 3" in proc.stderr
+
+
+def test_bench_allreduce_runs_through_ddlrun(run_wml):
+    proc = run_wml("bench", "allreduce", "-n", "2", "--no-sweep", "--no-gloo", "--repeats", "1", "--iters", "1",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "ResNet-50 gradients: 161 tensors" in proc.stdout
+    assert "| ddl allreduce_n |" in proc.stdout and "| mpi4py Allreduce per tensor |" in proc.stdout
