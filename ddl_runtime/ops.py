@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import runtime as _rt
-from .algorithms import split_counts
+from .algorithms import MPI_OPS, MPI_TYPES, split_counts
 from .buffers import FLOAT_DTYPES, TensorRef, as_tensor, new_like
 from .fusion import plan_buckets
 from .errors import DDLError, DDLInputError
@@ -23,6 +23,7 @@ from .signature import agreed, agreement_buffer, raise_mismatch
 from .timeline import TID_MPI
 
 REDUCE_OPS = ("sum", "avg", "min", "max")
+SMALL_BYTES = 64 * 1024  # single tensors up to this size skip the bucket engine (flat algorithm)
 REDUCE_N_OPS = ("sum", "avg")
 
 
@@ -182,7 +183,15 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     what = _describe("allreduce", [ref])
     rt.timeline.begin("allreduce", {"op": op, "tensor": name})
     _agree(rt, what, (("allreduce", op), (_entry(ref),)))
-    _reduce(rt, [ref], op, rt.algorithms.hierarchical).wait()
+    engine = rt.engine
+    if ref.nbytes <= SMALL_BYTES and not ref.widened and not (engine.active or engine.queued):
+        # latency-bound: one flat allreduce on the tensor itself, no bucket machinery
+        buf = ref.flat
+        engine.wait_request(rt.algorithms.flat.Iallreduce(MPI.IN_PLACE, [buf, MPI_TYPES[buf.dtype]], MPI_OPS[op]))
+        if op == "avg":
+            np.divide(buf, rt.size, out=buf)
+    else:
+        _reduce(rt, [ref], op, rt.algorithms.hierarchical).wait()
     rt.timeline.end("allreduce")
     if ref.kind == "scalar":
         return ref.flat[0].item()
