@@ -3,9 +3,10 @@
 Buckets are queued in a fixed order (the same on every rank, derived from the tensor list
 signature).  `progress()` packs and posts queued buckets while fewer than `max_inflight`
 are in flight, tests in-flight requests, posts each bucket's next stage in bucket order,
-and unpacks finished buckets straight into the user's tensors.  Nothing ever blocks in
-MPI: `wait()` polls, yields the CPU when waiting long, and lets the watchdog look for
-stalls and ranks that left.
+and unpacks finished buckets straight into the user's tensors.  `wait()` blocks in MPI on
+the oldest request while the watchdog thread looks for stalls and ranks that left; without
+that thread (MPI below THREAD_MULTIPLE) it polls and runs the watchdog's checks itself,
+yielding the CPU when the node has more ranks than cores.
 """
 from __future__ import annotations
 
@@ -29,12 +30,10 @@ YIELD_AFTER_S = 50e-6
 class Handle:
     """An allreduce in progress.  `wait()` returns the (in-place) reduced tensors."""
 
-    def __init__(self, engine: "Engine", results: list, buckets: int, finish: Optional[Callable] = None):
+    def __init__(self, engine: "Engine", results: list, buckets: int):
         self.engine = engine
         self.results = results
         self.remaining = buckets
-        self._finish = finish
-        self._finished = False
 
     def done(self) -> bool:
         if self.remaining:
@@ -44,10 +43,6 @@ class Handle:
     def wait(self) -> list:
         if self.remaining:
             self.engine.wait(lambda: self.remaining == 0)
-        if not self._finished:
-            self._finished = True
-            if self._finish is not None:
-                self._finish()
         return self.results
 
 
@@ -90,9 +85,8 @@ class Engine:
 
     # -- submitting -----------------------------------------------------------------------
     def submit(self, specs: Sequence[BucketSpec], refs: Sequence[TensorRef], op: str,
-               scale: Optional[float], algorithm: str, results: list,
-               finish: Optional[Callable] = None) -> Handle:
-        handle = Handle(self, results, len(specs), finish)
+               scale: Optional[float], algorithm: str, results: list) -> Handle:
+        handle = Handle(self, results, len(specs))
         for spec in specs:
             self.queued.append(Bucket(spec, refs, op, scale, algorithm, handle, self._counter))
             self._counter += 1
