@@ -92,6 +92,8 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path) -> Tuple
     if not argv:
         raise WmlError("no program given: wml submit [OPTIONS] PROGRAM [ARGS]...")
     prog, args = argv[0], list(argv[1:])
+    if prog.startswith("-"):
+        raise WmlError(f"unknown option {prog!r}: options go before the program (see --help)")
     looks_like_path = "/" in prog or prog.endswith(".py")
     if looks_like_path:
         path = (workdir / prog).resolve() if not os.path.isabs(prog) else Path(prog)

@@ -66,7 +66,7 @@ def test_theta_aprun_depth_and_hw_threads(ddlrun):
 def test_slurm_gpu_srun(ddlrun):
     launch, shim, _ = split(ddlrun("--site", "slurm-gpu", "--dry-run", "python", "x.py", env=SLURM_ENV))
     assert launch == ["srun", "-N", "2", "-n", "8", "--ntasks-per-node=4", "--cpus-per-task=16",
-                      "--threads-per-core=1", "--gpus-per-task=1", "--cpu-bind=cores"]
+                      "--threads-per-core=1", "--gpus-per-task=1", "--cpu-bind=cores", "--kill-on-bad-exit=1"]
     assert shim["--gpus"] == "0;1;2;3" and shim["--master"].startswith("gpu01:")
 
 

@@ -223,3 +223,7 @@ def test_bench_allreduce_runs_through_ddlrun(run_wml):
     assert proc.returncode == 0, proc.stderr
     assert "ResNet-50 gradients: 161 tensors" in proc.stdout
     assert "| ddl allreduce_n |" in proc.stdout and "| mpi4py Allreduce per tensor |" in proc.stdout
+
+
+def test_a_mistyped_option_is_not_taken_as_the_program(run_wml, prog):
+    one_line_error(run_wml("render", "-A", "x", str(prog)), "unknown option '-A'")

@@ -41,7 +41,10 @@ def render(site, program, **kw):
 
 
 def normalize(text, program):
-    return text.replace(str(program), "/work/proj/train.py")
+    """Machine-specific paths out: the program's tmp path, and this interpreter (used for a
+    .py program on sites that load no module or env)."""
+    import sys
+    return text.replace(str(program), "/work/proj/train.py").replace(sys.executable, "{python}")
 
 
 def directives(script, prefix):

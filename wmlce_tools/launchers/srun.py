@@ -1,7 +1,7 @@
 """srun (Slurm).
 
 ``-N`` nodes, ``-n`` tasks, ``--ntasks-per-node``, ``--cpus-per-task`` (Slurm CPUs: hw
-threads), ``--gpus-per-task`` (each task sees only its GPUs), ``--cpu-bind``.  Where a core has
+threads), ``--gpus-per-task`` (each task sees only its GPUs), ``--cpu-bind``, ``--kill-on-bad-exit=1`` (one dead rank ends the step).  Where a core has
 several hw threads, ``--threads-per-core`` says how many a task uses.  Flags as in srun(1).
 """
 from __future__ import annotations
@@ -23,6 +23,9 @@ def command(layout, ctx, program):
         else:
             argv.append(f"--gpus-per-task={layout.gpus_per_rank}")
     argv.append(f"--cpu-bind={opts.bind or 'cores'}")
+    # A rank that dies without the runtime's abort (segfault, OOM kill, os._exit) must end the
+    # step, or the other ranks wait in their collective until the walltime runs out.
+    argv.append("--kill-on-bad-exit=1")
     if opts.srun_mpi:
         argv.append(f"--mpi={opts.srun_mpi}")
     return argv + list(opts.extra_args) + list(ctx.extra_args) + program

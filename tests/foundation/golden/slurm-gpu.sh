@@ -17,6 +17,6 @@ set -euo pipefail
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 4 -n 16 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores /root/.pyenv/versions/3.11.7/bin/python /work/proj/train.py --epochs 3
+#   srun -N 4 -n 16 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-ddlrun --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -- /root/.pyenv/versions/3.11.7/bin/python /work/proj/train.py --epochs 3
+ddlrun --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -- {python} /work/proj/train.py --epochs 3
