@@ -474,17 +474,19 @@ def parameters_max_divergence(params: Any) -> float:
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present")
+    __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present", "names")
 
-    def __init__(self, index: int, params: List[torch.Tensor]) -> None:
+    def __init__(self, index: int, params: List[torch.Tensor], names: List[str]) -> None:
         self.index = index
         self.params = params
         self.dtype = params[0].dtype
         self.ready = 0
         self.handle = None
         self.launched = False
-        self.flags: Optional[torch.Tensor] = None
+        # one presence flag per parameter, reduced with the gradients (reused every step)
+        self.flags = torch.ones(len(params), dtype=self.dtype, device=params[0].device)
         self.present: List[bool] = []
+        self.names = [f"grad:{n}" for n in names] + [f"grad-flags:{index}"]
 
 
 class _DistributedOptimizerMixin:
@@ -569,7 +571,7 @@ class _DistributedOptimizerMixin:
             current_bytes += nbytes
         if current:
             buckets.append(current)
-        self._ddl_buckets = [_Bucket(i, ps) for i, ps in enumerate(buckets)]
+        self._ddl_buckets = [_Bucket(i, ps, [names[p] for p in ps]) for i, ps in enumerate(buckets)]
         self._ddl_bucket_of = {p: b for b in self._ddl_buckets for p in b.params}
         self._ddl_counts = {p: 0 for p in trainable}
         self._ddl_next = 0  # index of the next bucket to launch
@@ -626,12 +628,14 @@ class _DistributedOptimizerMixin:
                     p.grad = p.grad.contiguous()
                 present.append(True)
                 tensors.append(p.grad)
-        flags = torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype,
-                             device=bucket.params[0].device)
+        flags = bucket.flags
+        if all(present):
+            flags.fill_(1.0)
+        else:
+            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=flags.dtype))
         bucket.present = present
-        bucket.flags = flags
-        names = [f"grad:{self._ddl_names[p]}" for p in bucket.params] + [f"grad-flags:{bucket.index}"]
-        bucket.handle = _ddl.allreduce_n_async(tensors + [flags], op=self._ddl_op, names=names)
+        tensors.append(flags)
+        bucket.handle = _ddl.allreduce_n_async(tensors, op=self._ddl_op, names=bucket.names)
         bucket.launched = True
         self._ddl_next = bucket.index + 1
 
@@ -653,11 +657,11 @@ class _DistributedOptimizerMixin:
             n = len(bucket.params)
             results = list(out) if out is not None else []
             flags = results[n] if len(results) > n else bucket.flags
-            flags = _as_tensor_result(flags, bucket.flags).to(torch.float64).cpu()
+            fractions = _as_tensor_result(flags, bucket.flags).to(torch.float64).cpu().tolist()
             if self._ddl_op == "sum":
-                flags = flags / self._ddl_size
+                fractions = [f / self._ddl_size for f in fractions]
             for j, p in enumerate(bucket.params):
-                frac = float(flags[j])
+                frac = fractions[j]
                 if frac < 0.5 / self._ddl_size:  # absent on every rank: leave it None
                     if bucket.present[j]:  # pragma: no cover - impossible by construction
                         problems.append(self._ddl_names[p])
@@ -689,7 +693,6 @@ class _DistributedOptimizerMixin:
             bucket.ready = 0
             bucket.launched = False
             bucket.handle = None
-            bucket.flags = None
             bucket.present = []
         self._ddl_next = 0
 
