@@ -165,6 +165,7 @@ def phases_worker(args: argparse.Namespace) -> int:
     for rep in range(args.repeats):
         for kind in (("solo", "all") if rep % 2 == 0 else ("all", "solo")):
             quiet_barrier()
+            s0 = _busy_seconds()
             t0, c0 = time.perf_counter(), time.process_time()
             if kind == "solo":
                 if rank == 0:
@@ -174,21 +175,48 @@ def phases_worker(args: argparse.Namespace) -> int:
             c1 = time.process_time()
             quiet_barrier()
             elapsed = time.perf_counter() - t0
+            s1 = _busy_seconds()
             n = 1 if kind == "solo" else size
             # CPU seconds the training ranks used (busy-polling while waiting for a peer included)
             cpu = comm.allreduce(c1 - c0 if (kind == "all" or rank == 0) else 0.0)
+            ours = comm.allreduce(time.process_time() - c0)  # every rank of this job, idle ones too
+            # CPU time other processes used meanwhile, as a share of the whole machine
+            other = max(0.0, (s1 - s0) - ours) / (elapsed * (os.cpu_count() or 1)) if s0 >= 0 else float("nan")
             rows.append({"ranks": n, "seconds": elapsed, "samples_per_s": n * b * args.steps / elapsed,
                          "step_ms": 1000 * elapsed / args.steps, "loadavg": os.getloadavg()[0],
-                         "cpu_s": cpu, "samples_per_cpu_s": n * b * args.steps / cpu})
+                         "cpu_s": cpu, "samples_per_cpu_s": n * b * args.steps / cpu,
+                         "other_share": other})
             if rank == 0:
                 print(f"phase {len(rows):3d}: {n} rank(s): {rows[-1]['samples_per_s']:9.0f} samples/s "
-                      f"({rows[-1]['step_ms']:.2f} ms/step, load average {rows[-1]['loadavg']:.1f})", flush=True)
+                      f"({rows[-1]['step_ms']:.2f} ms/step; other processes used {100 * other:.0f} % of the CPUs)",
+                      flush=True)
     # the distributed model stayed in sync through all of it
     divergence = ddl.parameters_max_divergence(dist_model)
     if rank == 0:
         with open(args.worker, "w") as fh:
             json.dump({"phases": rows, "max_divergence": divergence}, fh)
     return 0
+
+
+def _busy_seconds() -> float:
+    """CPU-seconds all processes have used since boot (/proc/stat), or -1 when unknown."""
+    try:
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:8]]
+    except OSError:
+        return -1.0
+    busy = sum(values) - values[3] - values[4]  # minus idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _efficiencies(rows, k):
+    one = [r["samples_per_s"] for r in rows if r["ranks"] == 1]
+    many = [r["samples_per_s"] for r in rows if r["ranks"] == k]
+    if not one or not many:
+        return None
+    med1, medk = statistics.median(one), statistics.median(many)
+    return {"phases_1": len(one), f"phases_{k}": len(many), "median_1": med1, f"median_{k}": medk,
+            "efficiency": medk / (k * med1)}
 
 
 def phases_driver(args: argparse.Namespace) -> int:
@@ -235,6 +263,18 @@ def phases_driver(args: argparse.Namespace) -> int:
           f"ranks in sync at the end: {data['max_divergence'] == 0.0}")
     print(f"CPU efficiency {100 * summary['cpu_efficiency']:.1f} % (samples per CPU-second: 1 rank "
           f"{cpu1:,.0f}, {k} ranks {cpuk:,.0f}; insensitive to how much CPU other work leaves us)")
+    clean_rows = [r for r in rows if r["other_share"] <= args.clean]
+    clean = _efficiencies(clean_rows, k)
+    summary["clean_threshold"] = args.clean
+    summary["clean"] = clean
+    summary["other_share"] = [r["other_share"] for r in rows]
+    if clean:
+        print(f"phases where other processes used at most {100 * args.clean:.0f} % of the CPUs: "
+              f"{clean['phases_1']} x 1 rank, median {clean['median_1']:,.0f} samples/s; "
+              f"{clean[f'phases_{k}']} x {k} ranks, median {clean[f'median_{k}']:,.0f} samples/s; "
+              f"scaling efficiency {100 * clean['efficiency']:.1f} %")
+    else:
+        print(f"no phase of each kind ran with other processes under {100 * args.clean:.0f} % of the CPUs")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=1)
@@ -346,6 +386,9 @@ def main(argv=None) -> int:
     p.add_argument("--independent", action="store_true",
                    help="also time K ranks training independently (no communication): what the machine "
                         "itself allows K processes, to tell the runtime's cost from contention")
+    p.add_argument("--clean", type=float, default=0.05,
+                   help="phases mode: also report phases during which other processes used at most this "
+                        "share of the machine's CPUs (default 0.05)")
     p.add_argument("--mode", choices=("phases", "jobs"), default="phases",
                    help="phases (default): one K-rank job alternating 1-rank and K-rank phases; "
                         "jobs: separate mpiexec -n 1 and -n K jobs, alternating")
