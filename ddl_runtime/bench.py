@@ -113,6 +113,11 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
         return run
 
     methods["ddl allreduce_n"] = ddl_n(default_bytes)
+    # the same gradients living as views of one flat buffer (DDP's gradient_as_bucket_view):
+    # allreduce_n then reduces that buffer in place, in contiguous bucket-sized chunks
+    flat_grads = np.ones(fused.size, np.float32)
+    methods["ddl allreduce_n, gradients as views of one flat buffer"] = \
+        lambda: ddl.allreduce_n([flat_grads], op="sum", names=["flat_grads"])
     for mb in fusion_mb:
         methods[f"ddl allreduce_n, {mb:g} MB buckets"] = ddl_n(int(mb * (1 << 20)))
     methods["mpi4py Allreduce per tensor"] = lambda: [comm.Allreduce(MPI.IN_PLACE, a) for a in arrays]

@@ -28,7 +28,7 @@ from .topology import LEVEL_NAMES, hierarchy_for
 from .watchdog import Watchdog
 
 DEFAULT_FUSION_MB = 4.0
-MAX_INFLIGHT = 4
+MAX_INFLIGHT = 2
 ABORT_GRACE_S = 0.2
 
 

@@ -19,6 +19,7 @@ def test_bench_tables(run_mpi, tmp_path):
     assert (resnet["tensors"], resnet["values"]) == (161, 25_557_032)
     assert set(resnet["median_s"]) == {
         "ddl allreduce_n", "ddl allreduce_n, 1 MB buckets", "mpi4py Allreduce per tensor",
+        "ddl allreduce_n, gradients as views of one flat buffer",
         "mpi4py Allreduce, one pre-fused buffer", "torch.distributed gloo all_reduce per tensor"}
     assert "ResNet-50 gradients: 161 tensors, 25,557,032 float32" in text
 
