@@ -183,11 +183,11 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     what = _describe("allreduce", [ref])
     rt.timeline.begin("allreduce", {"op": op, "tensor": name})
     _agree(rt, what, (("allreduce", op), (_entry(ref),)))
-    engine = rt.engine
-    if ref.nbytes <= SMALL_BYTES and not ref.widened and not (engine.active or engine.queued):
-        # latency-bound: one flat allreduce on the tensor itself, no bucket machinery
+    if ref.nbytes <= SMALL_BYTES and not ref.widened:
+        # latency-bound: one flat allreduce on the tensor itself, no bucket machinery.  Its own
+        # communicator keeps it out of the order of buckets still in flight (which differs by rank).
         buf = ref.flat
-        engine.wait_request(rt.algorithms.flat.Iallreduce(MPI.IN_PLACE, [buf, MPI_TYPES[buf.dtype]], MPI_OPS[op]))
+        rt.engine.wait_request(rt.small.Iallreduce(MPI.IN_PLACE, [buf, MPI_TYPES[buf.dtype]], MPI_OPS[op]))
         if op == "avg":
             np.divide(buf, rt.size, out=buf)
     else:

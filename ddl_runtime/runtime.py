@@ -64,6 +64,7 @@ class Runtime:
         world = self.world
         self.control = world.Dup()
         self.side = world.Dup()
+        self.small = world.Dup()  # single small allreduce calls (ops.allreduce's latency path)
         self.topology, algorithms = self._build_algorithms(hierarchy)
         self.local_gpuid = self.env.gpu_for_local_rank(self.topology.local_rank)
         epoch = self.control.bcast(time.time(), root=0)
@@ -174,6 +175,7 @@ class Runtime:
             yield a.top
         yield self.control
         yield self.side
+        yield self.small
 
 
 def _cores() -> int:

@@ -133,6 +133,8 @@ mid = [make(R, (1000,), "float64", seed + 2)]
 ddl.allreduce_n(mid, op="avg", names=["mid"])
 b = make(R, (9,), "int64", seed + 3)
 ddl.bcast(b, root=0, name="mid.b")
+small = make(R, (4,), "float32", seed + 5)
+ddl.allreduce(small, op="max", name="small.max")  # latency path while h3's buckets may be in flight
 h4 = ddl.allreduce_n_async([make(R, (5,), "int32", seed + 4)], op="sum", names=["late"])
 late = h4.wait()[0]
 h3.wait()
@@ -140,6 +142,7 @@ check("interleaved async big", third[0], (150_000,), "float32", seed, "sum")
 check("interleaved async bf16", third[1], (33,), "bfloat16", seed + 1, "sum")
 check("interleaved sync avg", mid[0], (1000,), "float64", seed + 2, "avg")
 check("interleaved async late", late, (5,), "int32", seed + 4, "sum")
+check("interleaved small max", small, (4,), "float32", seed + 5, "max")
 if not np.array_equal(as64(b), rounded(values(0, (9,), "int64", seed + 3), "int64")):
     failures.append("interleaved bcast")
 seed += 10
