@@ -43,7 +43,9 @@ def _check_avg(op: str, refs: Sequence[TensorRef], what: str) -> None:
 
 
 def _entry(ref: TensorRef, shape=None):
-    return (ref.name, ref.dtype, tuple(ref.shape if shape is None else shape))
+    """A tensor's part of a signature; the device is part of it (CPU and GPU take different paths)."""
+    dtype = ref.dtype if ref.device == "cpu" else f"{ref.dtype}@{ref.device}"
+    return (ref.name, dtype, tuple(ref.shape if shape is None else shape))
 
 
 def _names(tensors: Sequence[Any], names: Optional[Sequence[str]], what: str) -> List[str]:
