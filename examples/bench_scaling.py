@@ -268,6 +268,18 @@ def phases_driver(args: argparse.Namespace) -> int:
     summary["clean_threshold"] = args.clean
     summary["clean"] = clean
     summary["other_share"] = [r["other_share"] for r in rows]
+    clean_pairs = []
+    for i in range(0, len(rows) - 1, 2):  # the two phases of one repeat, back to back
+        a, c = rows[i], rows[i + 1]
+        solo_row, all_row = (a, c) if a["ranks"] == 1 else (c, a)
+        if max(a["other_share"], c["other_share"]) <= args.clean:
+            clean_pairs.append(all_row["samples_per_s"] / (k * solo_row["samples_per_s"]))
+    summary["clean_pair_efficiencies"] = clean_pairs
+    if clean_pairs:
+        summary["clean_pair_efficiency_median"] = statistics.median(clean_pairs)
+        print(f"repeats whose two phases both ran clean: {len(clean_pairs)}; median scaling efficiency "
+              f"{100 * statistics.median(clean_pairs):.1f} % (range {100 * min(clean_pairs):.0f}-"
+              f"{100 * max(clean_pairs):.0f} %)")
     if clean:
         print(f"phases where other processes used at most {100 * args.clean:.0f} % of the CPUs: "
               f"{clean['phases_1']} x 1 rank, median {clean['median_1']:,.0f} samples/s; "
