@@ -15,7 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import __version__
-from .errors import WmlError
+from .errors import run_main
 
 app = typer.Typer(
     name="wml",
@@ -188,11 +188,4 @@ def bench_allreduce(
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: user errors are one line on stderr, never a traceback."""
-    try:
-        app(args=argv, prog_name="wml")
-    except WmlError as e:
-        sys.stderr.write(f"wml: error: {e}\n")
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("wml: interrupted\n")
-        sys.exit(130)
+    run_main("wml", lambda: app(args=argv, prog_name="wml"))

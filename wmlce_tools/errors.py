@@ -6,6 +6,9 @@ anything else that escapes is a bug in wml and is shown as such.
 """
 from __future__ import annotations
 
+import sys
+from typing import Callable, NoReturn, Optional
+
 
 class WmlError(Exception):
     """A user-facing error: one line, no traceback."""
@@ -21,3 +24,17 @@ class WmlError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+
+def run_main(prog: str, body: Callable[[], Optional[int]]) -> NoReturn:
+    """Run a command-line entry point: a WmlError becomes ``<prog>: error: <message>`` and its
+    exit code, Ctrl-C exits 130, anything else is a wml bug and keeps its traceback."""
+    try:
+        code = body()
+    except WmlError as e:
+        sys.stderr.write(f"{prog}: error: {e}\n")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        sys.exit(130)
+    sys.exit(code or 0)

@@ -16,7 +16,7 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
-from ..errors import WmlError
+from ..errors import WmlError, run_main
 
 DESCRIPTION = ("Run PROGRAM once per rank with the site's launcher (jsrun, srun, aprun or mpiexec), "
                "placing ranks and GPUs as wml's Layout says; the launch command is printed before it runs.")
@@ -137,15 +137,7 @@ def run_cli(argv: Sequence[str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    try:
-        code = run_cli(sys.argv[1:] if argv is None else argv)
-    except WmlError as e:
-        sys.stderr.write(f"ddlrun: error: {e}\n")
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("ddlrun: interrupted\n")
-        sys.exit(130)
-    sys.exit(code)
+    run_main("ddlrun", lambda: run_cli(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

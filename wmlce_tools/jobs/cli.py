@@ -145,24 +145,3 @@ def register(app: typer.Typer) -> None:
     app.command("status")(status_cmd)
     app.command("cancel")(cancel_cmd)
     app.command("logs")(logs_cmd)
-
-
-# A stand-alone app with the same commands (python -m wmlce_tools.jobs.cli ...), for tests and
-# for trying them before they are registered in the main app.
-app = typer.Typer(name="wml-jobs", no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_show_locals=False)
-register(app)
-
-
-def main(argv: Optional[List[str]] = None) -> None:
-    try:
-        app(args=argv, prog_name="wml")
-    except WmlError as e:
-        sys.stderr.write(f"wml: error: {e}\n")
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("wml: interrupted\n")
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
