@@ -7,7 +7,10 @@
 Importing this package does not start MPI or import torch: the collectives load on first
 use, and `ddl_runtime.jobenv` works without MPI at all.
 """
+from . import faults as _faults
 from .errors import DDLError, DDLInputError, DDLMismatchError
+
+_faults.install()  # an uncaught exception on any rank aborts the whole MPI job (see faults.py)
 
 _OPS = (
     "init", "finalize", "is_initialized", "JobInfo",

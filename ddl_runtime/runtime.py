@@ -12,7 +12,6 @@ import atexit
 import os
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Optional
 
@@ -217,22 +216,21 @@ def finalize() -> None:
 
 def _install_hooks() -> None:
     global _hooks_installed
-    if _hooks_installed:
-        return
-    _hooks_installed = True
-    previous = sys.excepthook
+    if not _hooks_installed:
+        _hooks_installed = True
+        atexit.register(_at_exit)
 
-    def excepthook(kind, value, tb):
-        rt = _runtime
-        if rt is None or rt.size == 1:
-            previous(kind, value, tb)
-            return
-        text = "".join(traceback.format_exception(kind, value, tb))
-        summary = f"{kind.__name__}: {value}".splitlines()[0] if str(value) else kind.__name__
-        rt.abort(f"uncaught exception: {summary}", detail=text)
 
-    sys.excepthook = excepthook
-    atexit.register(_at_exit)
+def abort_job(message: str, detail: str = "") -> None:
+    """Abort the MPI job from anywhere (before, during or after init)."""
+    if _runtime is not None:
+        _runtime.abort(message, detail=detail)
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    _log.set_rank(rank, size)
+    _log.log(f"{message}; aborting the job", before=detail)
+    time.sleep(ABORT_GRACE_S)
+    MPI.COMM_WORLD.Abort(1)
+    os._exit(1)
 
 
 def _at_exit() -> None:

@@ -60,6 +60,7 @@ def test_early_exit_detected_without_watchdog_thread(run_mpi):
 
 @pytest.mark.parametrize("what, message", [
     ("raise", "rank 1/3: uncaught exception: ValueError: boom on purpose; aborting the job"),
+    ("raise-before-init", "rank 1/3: uncaught exception: ImportError: a module rank 1 lacks; aborting the job"),
     ("exit", "rank 1 left (finalize or exit) after 1 collectives while this rank waits in allreduce_n"),
     ("kill", None),
     ("sigkill", None),

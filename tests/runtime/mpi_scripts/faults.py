@@ -1,6 +1,6 @@
 """Fault scenarios, chosen by argv[1]; rank 1 misbehaves after one good collective.
 
-raise: rank 1 raises.  exit: rank 1 calls sys.exit(3).  kill: rank 1 os._exit(4).
+raise: rank 1 raises.  raise-before-init: rank 1 raises before init (the others wait in it).  exit: rank 1 calls sys.exit(3).  kill: rank 1 os._exit(4).
 sigkill: rank 1 is killed by SIGKILL.  sleep S: rank 1 sleeps S seconds before the next
 collective.  mismatch: rank 2 passes a longer tensor.  mismatch-op: rank 0 broadcasts
 while the others reduce.  Afterwards every rank runs one more allreduce_n and prints "done".
@@ -11,12 +11,15 @@ import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 import ddl_runtime as ddl
 
+what = sys.argv[1]
+if what == "raise-before-init" and MPI.COMM_WORLD.Get_rank() == 1:
+    raise ImportError("a module rank 1 lacks")  # the other ranks are inside init() by now
 ddl.init()
 r = ddl.rank()
-what = sys.argv[1]
 a = np.ones(1000, np.float32)
 ddl.allreduce(a, name="warmup")
 if r == 1:
