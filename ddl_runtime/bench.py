@@ -113,6 +113,9 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
         return run
 
     methods["ddl allreduce_n"] = ddl_n(default_bytes)
+    if ddl.algorithm() == "hierarchical":
+        methods["ddl allreduce_n, mpi=True (flat baseline)"] = \
+            lambda: ddl.allreduce_n(arrays, op="sum", mpi=True, names=names)
     # the same gradients living as views of one flat buffer (DDP's gradient_as_bucket_view):
     # allreduce_n then reduces that buffer in place, in contiguous bucket-sized chunks
     flat_grads = np.ones(fused.size, np.float32)
