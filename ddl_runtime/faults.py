@@ -3,14 +3,17 @@
 Installed when ddl_runtime is imported, so a rank that fails between `import ddl_runtime` and
 `init()` (while the others wait inside init) also takes the job down.  It acts only when MPI
 is initialized, not finalized, and the job has more than one rank; otherwise Python's
-previous hook runs as usual.  Importing this module does not import mpi4py.
+previous hook runs as usual (also in processes forked from a rank, e.g. data loader workers).
+Importing this module does not import mpi4py.
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
 _installed = False
+_pid = os.getpid()  # forked children (DataLoader workers) must never abort the MPI job
 
 
 def install() -> None:
@@ -22,7 +25,8 @@ def install() -> None:
 
     def excepthook(kind, value, tb):
         mpi = sys.modules.get("mpi4py.MPI")
-        if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized() or mpi.COMM_WORLD.Get_size() == 1:
+        if (os.getpid() != _pid or mpi is None or not mpi.Is_initialized() or mpi.Is_finalized()
+                or mpi.COMM_WORLD.Get_size() == 1):
             previous(kind, value, tb)
             return
         text = "".join(traceback.format_exception(kind, value, tb))

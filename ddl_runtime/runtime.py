@@ -46,6 +46,7 @@ class Runtime:
         self.env = env or JobEnvironment.from_environ()
         world = MPI.COMM_WORLD
         self.world = world
+        self.pid = os.getpid()  # a forked child must not finalize or abort on the rank's behalf
         self.rank = world.Get_rank()
         self.size = world.Get_size()
         _log.set_rank(self.rank, self.size)
@@ -234,5 +235,5 @@ def abort_job(message: str, detail: str = "") -> None:
 
 
 def _at_exit() -> None:
-    if _runtime is not None and not MPI.Is_finalized():
+    if _runtime is not None and _runtime.pid == os.getpid() and not MPI.Is_finalized():
         finalize()
