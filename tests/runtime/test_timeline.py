@@ -1,5 +1,7 @@
 """DDL_TIMELINE: one Chrome trace per rank; strict JSON after a normal exit, loadable after a crash."""
 import json
+import subprocess
+import sys
 
 
 def load_like_chrome(path):
@@ -43,6 +45,12 @@ def test_timeline_is_valid_json_with_expected_events(run_mpi, tmp_path):
         text = (tmp_path / f"trace.rank{rank}.json").read_text()
         events = json.loads(text)  # strict JSON: the array was closed
         check_events(events, rank)
+    merged = tmp_path / "all.json"
+    proc = subprocess.run([sys.executable, "-m", "ddl_runtime.timeline", "merge", str(merged),
+                           str(tmp_path / "trace.rank0.json"), str(tmp_path / "trace.rank1.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert {e["pid"] for e in json.loads(merged.read_text())} == {0, 1}
 
 
 def test_timeline_rank_placeholder(run_mpi, tmp_path):
