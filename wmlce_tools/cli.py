@@ -3,7 +3,6 @@
 Sub-apps live beside the code they drive (``wmlce_tools/site/cli.py``, ``env/cli.py``, ...) and
 are registered here.  Heavy imports happen inside commands, so ``wml render`` stays fast.
 """
-from __future__ import annotations
 
 import json
 import os

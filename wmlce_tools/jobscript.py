@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jinja2
 
 from . import __version__
+from .cache import cache_dir
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, check_queue_limits, compile_layout
@@ -151,10 +152,15 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
 
 @lru_cache(maxsize=1)
 def _jinja() -> jinja2.Environment:
+    cache = cache_dir()
+    bcc = None
+    if cache is not None:  # compiled templates, checked against the template's mtime
+        (cache / "templates").mkdir(exist_ok=True)
+        bcc = jinja2.FileSystemBytecodeCache(str(cache / "templates"))
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=False)
+        keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
     env.filters["q"] = sh_quote
     env.filters["comment"] = comment
     return env

@@ -6,7 +6,6 @@ as one line (``wml: error: ...``); nothing is left half-written.
 
 Standalone: ``python -m wmlce_tools.env.cli env lock SPEC`` / ``... module write ENV``.
 """
-from __future__ import annotations
 
 import functools
 import json
@@ -27,6 +26,10 @@ module_app = typer.Typer(help="Modulefiles (Lmod / Environment Modules) for wml 
                          no_args_is_help=True)
 
 
+#: top-level modules of the optional 'env' extra (pyproject.toml)
+ENV_EXTRA_MODULES = {"rattler", "conda_lock", "conda_pack", "pydantic"}
+
+
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"wml: error: {message}", err=True)
     raise typer.Exit(code)
@@ -40,6 +43,11 @@ def _one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except WmlError as exc:
             _fail(str(exc), exc.exit_code)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.split(".")[0] in ENV_EXTRA_MODULES:
+                _fail(f"wml env needs the 'env' extra (py-rattler, conda-lock, conda-pack): "
+                      f"pip install 'wml[env]' (missing: {exc.name})")
+            raise
         except OSError as exc:  # disk full, permission denied, ... while doing the work
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(f"{where}{exc.strerror or exc}")

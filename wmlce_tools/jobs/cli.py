@@ -9,7 +9,6 @@ they are (``register(app)`` does exactly that)::
 JOB is the scheduler's job id (what sbatch/bsub/qsub printed), or wml's local id from
 ``wml jobs`` (``id:N`` when it could be mistaken for a scheduler id).
 """
-from __future__ import annotations
 
 import json
 import sys

@@ -1,5 +1,4 @@
 """``wml site list|show|validate|detect|schema``."""
-from __future__ import annotations
 
 import json
 import os
@@ -45,7 +44,7 @@ def validate(path: Annotated[str, typer.Argument(help="Site YAML file.")]) -> No
     """Check a site file against the schema; errors name file, line and key."""
     from .loader import load_site_file
 
-    prof = load_site_file(path)
+    prof = load_site_file(path, use_cache=False)
     typer.echo(f"{path}: ok (site {prof.name!r}, {prof.scheduler} + {prof.launcher})")
 
 

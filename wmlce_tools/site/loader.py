@@ -2,29 +2,31 @@
 from __future__ import annotations
 
 import glob
+import os
 import re
 from functools import lru_cache
-import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
-import yaml
 import msgspec
 
+from ..cache import cache_dir, write_atomically
 from ..errors import WmlError
-from .schema import SiteProfile
+from .schema import SiteProfile, to_builtins
 
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# yaml is imported only when a file must really be parsed: validated profiles are kept in
+# wml's cache (as JSON, keyed by path, mtime and size), which keeps `wml render` fast.
 
 
 class SiteFileError(WmlError):
     """A site YAML file that does not follow the schema."""
 
 
-def _line_of(node: Optional[yaml.Node], loc: Sequence[Any]) -> Optional[int]:
+def _line_of(node: Any, loc: Sequence[Any]) -> Optional[int]:
     """Follow ``loc`` (keys and list indexes) through the composed YAML; return the
     1-based line of the deepest node found."""
+    import yaml
+
     line = node.start_mark.line + 1 if node is not None else None
     for key in loc:
         if isinstance(node, yaml.MappingNode):
@@ -47,7 +49,7 @@ _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"unknown field `(?P<key>[^`]+)`")
 
 
-def _format_validation(path: Path, root: Optional[yaml.Node], err: msgspec.ValidationError) -> str:
+def _format_validation(path: Path, root: Any, err: msgspec.ValidationError) -> str:
     m = _AT.match(str(err))
     msg, raw = m.group("msg"), m.group("path") or ""
     loc: list[Any] = []
@@ -61,18 +63,70 @@ def _format_validation(path: Path, root: Optional[yaml.Node], err: msgspec.Valid
     return f"{path}:{_line_of(root, loc)}: {key}: {msg}"
 
 
-def load_site_file(path: str | os.PathLike) -> SiteProfile:
-    """Load and validate one site file (cached while the file is unchanged)."""
-    p = Path(path)
+class _ProfileCache:
+    """Validated profiles on disk: {path: [mtime_ns, size, profile as JSON data]}."""
+
+    def __init__(self) -> None:
+        d = cache_dir()
+        self.path = d / "site-profiles.json" if d else None
+        self.entries: Dict[str, list] = {}
+        self.dirty = False
+        if self.path is not None and self.path.exists():
+            try:
+                self.entries = msgspec.json.decode(self.path.read_bytes())
+            except (OSError, msgspec.DecodeError):
+                self.entries = {}
+
+    def get(self, p: Path, stamp: Tuple[int, int]) -> Optional[SiteProfile]:
+        e = self.entries.get(str(p))
+        if e is None or (e[0], e[1]) != stamp:
+            return None
+        try:
+            return msgspec.convert(e[2], SiteProfile)
+        except msgspec.ValidationError:  # written by another wml version
+            return None
+
+    def put(self, p: Path, stamp: Tuple[int, int], profile: SiteProfile) -> None:
+        self.entries[str(p)] = [stamp[0], stamp[1], to_builtins(profile)]
+        self.dirty = True
+
+    def flush(self) -> None:
+        if self.dirty and self.path is not None:
+            write_atomically(self.path, msgspec.json.encode(self.entries))
+            self.dirty = False
+
+
+@lru_cache(maxsize=1)
+def _profile_cache() -> _ProfileCache:
+    return _ProfileCache()
+
+
+def load_site_file(path: str | os.PathLike, use_cache: bool = True) -> SiteProfile:
+    """Load and validate one site file (from wml's cache while the file is unchanged)."""
+    p = Path(path).absolute()
     try:
         st = p.stat()
     except OSError:
-        return _load(p, 0, 0)
-    return _load(p, st.st_mtime_ns, st.st_size)
+        return _parse(p)
+    stamp = (st.st_mtime_ns, st.st_size)
+    if not use_cache:
+        return _parse(p)
+    cache = _profile_cache()
+    profile = cache.get(p, stamp)
+    if profile is None:
+        profile = _parse(p)
+        cache.put(p, stamp, profile)
+    return profile
 
 
-@lru_cache(maxsize=256)
-def _load(p: Path, _mtime_ns: int, _size: int) -> SiteProfile:
+def flush_cache() -> None:
+    _profile_cache().flush()
+
+
+def _parse(p: Path) -> SiteProfile:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -80,8 +134,8 @@ def _load(p: Path, _mtime_ns: int, _size: int) -> SiteProfile:
     except OSError as e:
         raise SiteFileError(f"{p}: cannot read: {e.strerror}") from None
     try:
-        root = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        root = yaml.compose(text, Loader=loader)
+        data = yaml.load(text, Loader=loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else "?"
@@ -91,10 +145,9 @@ def _load(p: Path, _mtime_ns: int, _size: int) -> SiteProfile:
     if not isinstance(data, dict):
         raise SiteFileError(f"{p}:1: a site file must be a mapping of keys (name, scheduler, node, ...)")
     try:
-        profile = msgspec.convert(data, SiteProfile)
+        return msgspec.convert(data, SiteProfile)
     except msgspec.ValidationError as e:
         raise SiteFileError(_format_validation(p, root, e)) from None
-    return profile
 
 
 def site_files(directory: str | os.PathLike) -> list[Path]:

@@ -10,7 +10,7 @@ from typing import Dict, Mapping, Optional
 from ..errors import WmlError
 from ..resources_data import data_dir
 from .detect import local_node
-from .loader import load_site_file, site_files
+from .loader import flush_cache, load_site_file, site_files
 from .schema import SiteProfile, replace
 
 DEFAULT_SITE = "local"
@@ -38,6 +38,7 @@ def known_sites(env: Mapping[str, str] = os.environ) -> Dict[str, KnownSite]:
         for f in site_files(d):
             prof = load_site_file(f)
             sites[prof.name] = KnownSite(prof, f)
+    flush_cache()
     return sites
 
 

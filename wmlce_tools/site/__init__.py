@@ -1,0 +1,1 @@
+"""Site profiles: schema, loading, detection."""
