@@ -1,8 +1,11 @@
 """The ``wml`` command line.
 
-Sub-apps live beside the code they drive (``wmlce_tools/site/cli.py``, ``env/cli.py``, ...) and
-are registered here.  Heavy imports happen inside commands, so ``wml render`` stays fast.
+Sub-apps live beside the code they drive (``wmlce_tools/site/cli.py``, ``env/cli.py``,
+``jobs/cli.py``) and are registered here, by module name: they are imported and built only when
+used (or listed by ``--help``), and heavy imports happen inside commands, so ``wml render``
+stays fast.
 """
+import importlib
 
 import json
 import os
@@ -11,12 +14,47 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperGroup
 from typing_extensions import Annotated
 
 from . import __version__
 from .errors import run_main
 
+class _LazyGroup(TyperGroup):
+    """A click group whose sub-commands in ``LAZY`` are imported on first use (the pattern
+    click documents as "lazily loading subcommands"): typer would otherwise build every
+    sub-command's parameters on every start."""
+
+    #: name -> (module, attribute: a typer app, or a function registering commands on one)
+    LAZY = {
+        "site": ("wmlce_tools.site.cli", "app"),
+        "env": ("wmlce_tools.env.cli", "env_app"),
+        "module": ("wmlce_tools.env.cli", "module_app"),
+        "jobs": ("wmlce_tools.jobs.cli", "register"),
+        "status": ("wmlce_tools.jobs.cli", "register"),
+        "cancel": ("wmlce_tools.jobs.cli", "register"),
+        "logs": ("wmlce_tools.jobs.cli", "register"),
+    }
+
+    def list_commands(self, ctx):
+        return [*super().list_commands(ctx), *self.LAZY]
+
+    def get_command(self, ctx, name):
+        if name not in self.LAZY:
+            return super().get_command(ctx, name)
+        module, attr = self.LAZY[name]
+        obj = getattr(importlib.import_module(module), attr)
+        if isinstance(obj, typer.Typer):
+            cmd = typer.main.get_group(obj)
+            cmd.name = name
+            return cmd
+        holder = typer.Typer()
+        obj(holder)  # register(app): plain commands on the top level
+        return typer.main.get_group(holder).get_command(ctx, name)
+
+
 app = typer.Typer(
+    cls=_LazyGroup,
     name="wml",
     help="Job tooling, curated environments and the DDL runtime for HPC machines "
          "(Summit/LSF, Theta/Cobalt, Slurm, and this machine: the 'local' site).",
@@ -24,13 +62,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,
 )
-
-from .env.cli import env_app, module_app  # noqa: E402
-from .site.cli import app as site_app  # noqa: E402
-
-app.add_typer(site_app, name="site")
-app.add_typer(env_app, name="env")
-app.add_typer(module_app, name="module")
 
 PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
                    "help_option_names": ["-h", "--help"]}
@@ -156,11 +187,6 @@ def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node
     code = wait_after_submit(result, plan, wait)    # records the job; --wait: waits for it
     if code:
         raise typer.Exit(code)
-
-
-from .jobs.cli import register as _register_job_commands  # noqa: E402
-
-_register_job_commands(app)   # wml jobs / status / cancel / logs
 
 
 bench_app = typer.Typer(help="Benchmarks of the DDL runtime.", no_args_is_help=True)
