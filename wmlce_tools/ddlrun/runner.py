@@ -62,7 +62,7 @@ class StderrRelay(threading.Thread):
 
 
 def dry_run_text(plan: LaunchPlan) -> str:
-    placeholder = os.path.join(tempfile.gettempdir(), "ddlrun-XXXX", _placement_name(plan))
+    placeholder = os.path.join(tempfile.gettempdir(), "ddlrun-<tmpdir>", _placement_name(plan))
     argv = plan.command(rankfile_path=placeholder if plan.placement else None)
     lines = [sh_join(argv)]
     if plan.placement:

@@ -146,12 +146,30 @@ class Registry:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.row_factory = sqlite3.Row
             if not self._ready:
-                self._init(conn)
+                self._init_with_retry(conn)
                 self._ready = True
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _init_with_retry(self, conn: sqlite3.Connection) -> None:
+        """``_init``, retried while another process holds the file: SQLite answers "database
+        is locked" at once, without its busy handler, when several processes switch a new
+        file to WAL at the same moment (seen with three first uses at once)."""
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.01
+        while True:
+            try:
+                self._init(conn)
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e).lower() or time.monotonic() + delay > deadline:
+                    raise
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
 
     def _init(self, conn: sqlite3.Connection) -> None:
         # WAL lets readers go on while one process writes.  Where the file system cannot do

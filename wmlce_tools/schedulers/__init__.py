@@ -88,8 +88,9 @@ class Scheduler(abc.ABC):
 
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0) -> Optional[Status]:
         """Reads ``status_argv``'s reply: (state, exit code or None), or None when that
-        command does not know the job (finished and gone, or never existed)."""
-        raise NotImplementedError
+        command does not know the job (finished and gone, or never existed).  A scheduler
+        without status queries (the local site) never gets here and knows no job."""
+        return None
 
     def status_queries(self, job_id: str) -> List[StatusQuery]:
         """Commands to ask, in order, until one knows the job (live queue first, then the
@@ -106,7 +107,7 @@ class Scheduler(abc.ABC):
 
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         """CANCEL_REQUESTED, CANCEL_FINISHED or CANCEL_UNKNOWN; SchedulerError otherwise."""
-        raise NotImplementedError
+        raise WmlError(f"the {self.name} scheduler has no cancel command")
 
 
 _REGISTRY: Dict[str, Type[Scheduler]] = {}
