@@ -117,9 +117,9 @@ def _run_submit(plan: JobPlan) -> str:
         raise WmlError(f"{tool} not found: {plan.scheduler.missing_hint}")
     script = plan.jobdir / "job.sh"
     try:
-        proc = subprocess.run(
-            argv, cwd=plan.workdir, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S,
-            stdin=open(script) if plan.scheduler.submit_via_stdin else subprocess.DEVNULL)
+        with open(script) if plan.scheduler.submit_via_stdin else open(os.devnull) as stdin:
+            proc = subprocess.run(argv, cwd=plan.workdir, capture_output=True, text=True,
+                                  timeout=SUBMIT_TIMEOUT_S, stdin=stdin)
     except subprocess.TimeoutExpired:
         raise WmlError(f"{tool} did not answer within {SUBMIT_TIMEOUT_S} s; "
                        f"the script is kept in {plan.jobdir}") from None
