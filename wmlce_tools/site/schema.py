@@ -21,9 +21,6 @@ PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 
 
-def _doc(t, text: str):
-    return Annotated[t, Meta(description=text)]
-
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     pass
@@ -42,12 +39,12 @@ class NodeSpec(_Strict):
     """One compute node, as a job sees it (usable cores only: cores reserved for the system
     are left out, as on Summit where 1 core per socket is not schedulable)."""
 
-    sockets: _doc(PositiveInt, "CPU sockets per node")
-    cores_per_socket: _doc(PositiveInt, "usable cores per socket")
-    threads_per_core: _doc(Annotated[int, Meta(ge=1, le=8)], "hardware threads per core (SMT levels available)") = 1
-    gpus_per_socket: _doc(NonNegativeInt, "GPUs attached to each socket") = 0
-    memory_gb: _doc(Optional[Annotated[float, Meta(gt=0)]], "memory per node in GB") = None
-    detect: _doc(bool, "detect cores and GPUs on this machine at load time (the local site)") = False
+    sockets: Annotated[PositiveInt, Meta(description="CPU sockets per node")]
+    cores_per_socket: Annotated[PositiveInt, Meta(description="usable cores per socket")]
+    threads_per_core: Annotated[int, Meta(ge=1, le=8, description="hardware threads per core (SMT levels available)")] = 1
+    gpus_per_socket: Annotated[NonNegativeInt, Meta(description="GPUs attached to each socket")] = 0
+    memory_gb: Annotated[Optional[Annotated[float, Meta(gt=0)]], Meta(description="memory per node in GB")] = None
+    detect: Annotated[bool, Meta(description="detect cores and GPUs on this machine at load time (the local site)")] = False
 
     @property
     def cores(self) -> int:
@@ -62,7 +59,7 @@ class WalltimeBin(_Strict):
     """Walltime limit for jobs of up to ``max_nodes`` nodes (e.g. Summit's scheduling bins)."""
 
     max_nodes: PositiveInt
-    max_walltime: _doc(str, "HH:MM or HH:MM:SS")
+    max_walltime: Annotated[str, Meta(description="HH:MM or HH:MM:SS")]
 
     def __post_init__(self) -> None:
         _check_walltime(self.max_walltime, "max_walltime")
@@ -72,11 +69,11 @@ class QueueSpec(_Strict):
     """A queue (LSF, Cobalt) or partition (Slurm) and its limits."""
 
     max_nodes: PositiveInt
-    max_walltime: _doc(str, "HH:MM or HH:MM:SS")
+    max_walltime: Annotated[str, Meta(description="HH:MM or HH:MM:SS")]
     min_nodes: PositiveInt = 1
     min_walltime: Optional[str] = None
     default: bool = False
-    walltime_bins: _doc(List[WalltimeBin], "smaller jobs may have shorter limits; the first bin whose max_nodes fits applies") = []
+    walltime_bins: Annotated[List[WalltimeBin], Meta(description="smaller jobs may have shorter limits; the first bin whose max_nodes fits applies")] = []
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -90,17 +87,17 @@ class DetectSpec(_Strict):
     """How ``wml site detect`` recognises this site: any hostname pattern matching, or all of
     the environment patterns matching (when there are any)."""
 
-    hostnames: _doc(List[str], "fnmatch patterns for the login/batch host name") = []
-    environment: _doc(Dict[str, str], "variable -> fnmatch pattern, all must match (e.g. LMOD_SYSTEM_NAME: summit)") = {}
+    hostnames: Annotated[List[str], Meta(description="fnmatch patterns for the login/batch host name")] = []
+    environment: Annotated[Dict[str, str], Meta(description="variable -> fnmatch pattern, all must match (e.g. LMOD_SYSTEM_NAME: summit)")] = {}
 
 
 class LauncherOptions(_Strict):
     """How the site's launcher is driven."""
 
-    bind: _doc(Optional[str], "jsrun -b / srun --cpu-bind / aprun -cc value; default per launcher") = None
-    cuda_aware_mpi: _doc(bool, 'jsrun --smpiargs="-gpu" (CUDA-aware Spectrum MPI)') = False
-    srun_mpi: _doc(Optional[str], "srun --mpi=<plugin> (e.g. pmi2, pmix)") = None
-    extra_args: _doc(List[str], "appended to every launch line") = []
+    bind: Annotated[Optional[str], Meta(description="jsrun -b / srun --cpu-bind / aprun -cc value; default per launcher")] = None
+    cuda_aware_mpi: Annotated[bool, Meta(description='jsrun --smpiargs="-gpu" (CUDA-aware Spectrum MPI)')] = False
+    srun_mpi: Annotated[Optional[str], Meta(description="srun --mpi=<plugin> (e.g. pmi2, pmix)")] = None
+    extra_args: Annotated[List[str], Meta(description="appended to every launch line")] = []
 
 
 class SiteProfile(_Strict):
@@ -111,21 +108,20 @@ class SiteProfile(_Strict):
     launcher: Literal["jsrun", "aprun", "srun", "mpiexec"]
     platform: Literal["linux-64", "linux-ppc64le", "linux-aarch64", "osx-64", "osx-arm64"]
     node: NodeSpec
-    total_nodes: _doc(PositiveInt, "nodes in the machine")
+    total_nodes: Annotated[PositiveInt, Meta(description="nodes in the machine")]
     description: str = ""
     nodes_per_rack: Optional[PositiveInt] = None
-    default_threads_per_core: _doc(Optional[PositiveInt], "SMT level a job gets by default (Summit: smt4); default node.threads_per_core") = None
+    default_threads_per_core: Annotated[Optional[PositiveInt], Meta(description="SMT level a job gets by default (Summit: smt4); default node.threads_per_core")] = None
     queues: Dict[str, QueueSpec] = {}
-    gpu_binding: _doc(Literal["per-rank", "local-rank"],
-                      "per-rank: each rank sees only its GPUs (CUDA_VISIBLE_DEVICES); "
-                      "local-rank: all GPUs visible, the runtime picks by local rank") = "per-rank"
-    modules: _doc(List[str], "modules loaded in every job script") = []
-    environment: _doc(Dict[str, str], "variables exported in every job") = {}
-    alloc_flags: _doc(Optional[str], "LSF #BSUB -alloc_flags (e.g. smt4)") = None
-    attrs: _doc(Optional[str], "Cobalt --attrs (e.g. mcdram=cache:numa=quad)") = None
+    gpu_binding: Annotated[Literal["per-rank", "local-rank"], Meta(description="per-rank: each rank sees only its GPUs (CUDA_VISIBLE_DEVICES); "
+                      "local-rank: all GPUs visible, the runtime picks by local rank")] = "per-rank"
+    modules: Annotated[List[str], Meta(description="modules loaded in every job script")] = []
+    environment: Annotated[Dict[str, str], Meta(description="variables exported in every job")] = {}
+    alloc_flags: Annotated[Optional[str], Meta(description="LSF #BSUB -alloc_flags (e.g. smt4)")] = None
+    attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
     launcher_options: LauncherOptions = LauncherOptions()
     detect: DetectSpec = DetectSpec()
-    docs: _doc(List[str], "where the facts in this profile come from") = []
+    docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:
         if self.scheduler != "local" and not self.queues:
