@@ -69,10 +69,6 @@ class Layout:
     def on_node(self, node: int) -> Tuple[RankSlot, ...]:
         return tuple(r for r in self.ranks if r.node == node)
 
-    def local_gpu_lists(self) -> Tuple[Tuple[int, ...], ...]:
-        """GPU ids of local rank 0..ranks_per_node-1 (the same on every node)."""
-        return tuple(r.gpus for r in self.on_node(0))
-
     @property
     def mode(self) -> str:
         """DDL topology mode ``p:<ranks per node>x<nodes per rack>x<racks>x<aisles>``."""

@@ -116,3 +116,15 @@ def test_more_ranks_than_gpus_must_say_cpu_only():
         compile_layout(get_site("summit"), ResourceRequest(nodes=1, ranks_per_node=12))
     lay = compile_layout(get_site("summit"), ResourceRequest(nodes=1, ranks_per_node=12, gpus_per_rank=0))
     assert lay.size == 12 and all(r.gpus == () for r in lay.ranks)
+
+
+def test_schema_and_registries_name_the_same_schedulers_and_launchers():
+    """A scheduler or launcher the site schema accepts must exist, and the reverse."""
+    import typing
+
+    from wmlce_tools import launchers, schedulers
+    from wmlce_tools.site.schema import SiteProfile
+
+    hints = typing.get_type_hints(SiteProfile)
+    assert sorted(typing.get_args(hints["scheduler"])) == schedulers.names()
+    assert sorted(typing.get_args(hints["launcher"])) == launchers.names()

@@ -122,7 +122,7 @@ def get_scheduler(name: str) -> Scheduler:
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise WmlError(f"unknown scheduler {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise WmlError(f"unknown scheduler {name!r}; known: {', '.join(names())}") from None
 
 
 def names() -> List[str]:
