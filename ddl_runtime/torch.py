@@ -546,7 +546,7 @@ class _DistributedOptimizerMixin:
         self._ddl_names = names
 
         # Every rank must optimize the same parameters with the same groups and options.
-        _check_optimizer_consistent(self, names)
+        self._ddl_check_consistent(names)
 
         # Buckets: gradients arrive roughly in reverse order of the parameters, so fill buckets
         # from the back. Buckets are fixed here, identical on all ranks, and launched strictly in
@@ -580,6 +580,11 @@ class _DistributedOptimizerMixin:
         if self._ddl_size > 1:
             for p in trainable:
                 self._ddl_hooks.append(p.register_post_accumulate_grad_hook(self._ddl_make_hook()))
+
+    def _ddl_check_consistent(self, names: Dict[torch.Tensor, str]) -> None:
+        """Collective check that every rank optimizes the same parameters (a subclass that
+        reduces over a subset of the ranks narrows it)."""
+        _check_optimizer_consistent(self, names)
 
     # -- hooks --------------------------------------------------------------------------------
 
