@@ -113,16 +113,11 @@ def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
 def _run_submit(plan: JobPlan) -> str:
     argv = submit_command(plan)
     tool = argv[0]
-    if shutil.which(tool) is None:
-        raise WmlError(f"{tool} not found: {plan.scheduler.missing_hint}")
     script = plan.jobdir / "job.sh"
-    try:
-        with open(script) if plan.scheduler.submit_via_stdin else open(os.devnull) as stdin:
-            proc = subprocess.run(argv, cwd=plan.workdir, capture_output=True, text=True,
-                                  timeout=SUBMIT_TIMEOUT_S, stdin=stdin)
-    except subprocess.TimeoutExpired:
-        raise WmlError(f"{tool} did not answer within {SUBMIT_TIMEOUT_S} s; "
-                       f"the script is kept in {plan.jobdir}") from None
+    # the one scheduler-command path: missing tool, unreachable server in seconds, busy waits
+    with open(script) if plan.scheduler.submit_via_stdin else open(os.devnull) as stdin:
+        proc = plan.scheduler.run_command(argv, cwd=plan.workdir, stdin=stdin, wait_s=SUBMIT_TIMEOUT_S,
+                                          context=f"the script is kept in {script}")
     if proc.returncode != 0:
         msg = " ".join((proc.stderr or proc.stdout).split())[:400] or f"exit status {proc.returncode}"
         raise WmlError(f"{tool} rejected the job: {msg} (script kept in {script})")

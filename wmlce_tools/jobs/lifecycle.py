@@ -80,13 +80,10 @@ def find(ref: str, registry: Optional[Registry] = None) -> JobRecord:
 
 # -- asking the scheduler ------------------------------------------------------------------
 
-def _run_tool(argv: List[str], timeout: float) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {timeout:g} s") from None
-    except OSError as e:
-        raise SchedulerError(f"cannot run {argv[0]}: {e.strerror or e}") from None
+def _run_tool(sched, argv: List[str], timeout: float, retry_busy: bool = True) -> subprocess.CompletedProcess:
+    """The scheduler's one command path (schedulers/commands.py): an unreachable server is
+    reported in seconds; a query that comes back "busy" is asked again within ``timeout``."""
+    return sched.run_command(argv, wait_s=timeout, retry_busy=retry_busy)
 
 
 def _check_tools(sched, tools) -> None:
@@ -110,7 +107,7 @@ def observe(record: JobRecord) -> Observation:
     for q in queries:
         if shutil.which(q.argv[0]) is None:
             continue
-        proc = _run_tool(q.argv, STATUS_TIMEOUT_S)
+        proc = _run_tool(sched, q.argv, STATUS_TIMEOUT_S)
         got = q.parse(proc.stdout, proc.stderr, proc.returncode)   # SchedulerError: stop here
         if got is not None:
             source = " ".join(q.argv[:2])
@@ -281,7 +278,7 @@ def cancel(record: JobRecord, registry: Optional[Registry] = None, *,
     sched = get_scheduler(record.scheduler)
     argv = sched.cancel_argv(record.job_id)
     _check_tools(sched, [argv[0]])
-    proc = _run_tool(argv, CANCEL_TIMEOUT_S)
+    proc = _run_tool(sched, argv, CANCEL_TIMEOUT_S, retry_busy=False)
     outcome = sched.parse_cancel(proc.stdout, proc.stderr, proc.returncode)
     if outcome == CANCEL_REQUESTED and record.job_dir:
         try:

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
 
 from ..errors import WmlError
+from .commands import Controller, SchedulerError, SchedulerUnreachable, unreachable_hint  # noqa: F401
+from .commands import run as run_command
 
 if TYPE_CHECKING:  # the registry's state set; imported lazily so `wml render` stays light
+    import subprocess
+
     from ..jobs.states import JobState
 
 #: what a status query learned: (state, exit code when the job has ended and it is known),
@@ -33,17 +37,15 @@ class StatusQuery(NamedTuple):
     parse: StatusParser
 
 
-class SchedulerError(WmlError):
-    """The scheduler's command failed for a reason other than "no such job" (controller down,
-    permission, ...): the message names the command and quotes its reply."""
-
-
-def tool_failure(argv: List[str], stdout: str, stderr: str, returncode: int) -> SchedulerError:
+def tool_failure(argv: List[str], stdout: str, stderr: str, returncode: int,
+                 controller: Optional[Controller] = None) -> SchedulerError:
     text = stderr or stdout
     fatal = [ln for ln in text.splitlines() if "fatal" in ln.lower()]
     msg = " ".join((fatal[-1] if fatal else text).split())[:300] or f"exit status {returncode}"
     if "configuration source" in msg:
         msg += " (no Slurm configuration here: set SLURM_CONF; for scripts/local-slurm run eval \"$(scripts/local-slurm env)\")"
+    else:
+        msg += unreachable_hint(controller, text)
     return SchedulerError(f"{argv[0]} failed: {msg}")
 
 
@@ -57,6 +59,14 @@ class Scheduler(abc.ABC):
     missing_hint: str = ""
     #: script passed on stdin (``bsub < script``) instead of as an argument
     submit_via_stdin: bool = False
+    #: the server its commands talk to (how to probe it, its "busy" and "unreachable"
+    #: replies); None: no server (the local site)
+    controller: Optional[Controller] = None
+
+    def run_command(self, argv: List[str], **kw) -> "subprocess.CompletedProcess[str]":
+        """Run one of this scheduler's commands through the one common path
+        (``schedulers.commands.run``): missing, hanging and unreachable reported in seconds."""
+        return run_command(argv, self.controller, missing_hint=self.missing_hint, **kw)
 
     @abc.abstractmethod
     def submit_argv(self, script: Path) -> List[str]:

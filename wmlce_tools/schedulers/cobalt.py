@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ..errors import WmlError
-from . import (CANCEL_REQUESTED, CANCEL_UNKNOWN, Scheduler, StatusQuery, register,
+from . import (CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery, register,
                tool_failure)
 
 _LOG_EXIT = re.compile(r"task completed normally with an exit code of (-?\d+)")
@@ -28,6 +28,18 @@ STATES = {
     "starting": "RUNNING", "running": "RUNNING", "exiting": "RUNNING", "killing": "CANCELLED",
     "done": "COMPLETED",
 }
+
+
+#: Cobalt's queue manager as qsub/qstat/qdel see it; ``qstat -Q`` (the queues) is its cheap
+#: question.  Its clients report a component they cannot reach as "failed to connect" /
+#: "Connection refused" / ComponentLookupError.
+CONTROLLER = Controller(
+    name="the Cobalt queue manager",
+    probe=("qstat", "-Q"),
+    busy=re.compile(r"server busy|try again later", re.I),
+    unreachable=re.compile(r"failed to connect|Connection refused|ComponentLookupError|cannot connect", re.I),
+    check="that Cobalt answers on this login node (qstat -Q)",
+)
 
 
 def map_state(word: str):
@@ -55,6 +67,7 @@ class Cobalt(Scheduler):
     template = "cobalt.sh.j2"
     submit_tool = "qsub"
     missing_hint = "run this on a Theta login node, or use --dry-run"
+    controller = CONTROLLER
 
     def submit_argv(self, script: Path):
         return ["qsub", str(script)]
@@ -84,7 +97,7 @@ class Cobalt(Scheduler):
             # qstat exits 1 with no output for a job that is not (or no longer) queued
             if returncode in (0, 1) and (not stderr.strip() or _NOT_FOUND.search(stderr)):
                 return None
-            raise tool_failure(["qstat"], stdout, stderr, returncode)
+            raise tool_failure(["qstat"], stdout, stderr, returncode, self.controller)
         vertical = [re.match(r"^\s*(\w+)\s*:\s*(.*?)\s*$", ln) for ln in lines]
         if all(vertical):                       # qstat -l
             for m in vertical:
@@ -136,5 +149,5 @@ class Cobalt(Scheduler):
         if _NOT_FOUND.search(text):
             return CANCEL_UNKNOWN
         if returncode != 0:
-            raise tool_failure(["qdel"], stdout, stderr, returncode)
+            raise tool_failure(["qdel"], stdout, stderr, returncode, self.controller)
         return CANCEL_REQUESTED

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from ..errors import WmlError
-from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Scheduler, StatusQuery,
+from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
                register, tool_failure)
 
 _REPLY = re.compile(r"Job <(\d+)> is submitted")
@@ -38,6 +38,19 @@ TERM_STATES = {"TERM_OWNER": "CANCELLED", "TERM_ADMIN": "CANCELLED", "TERM_FORCE
                "TERM_RUNLIMIT": "TIMEOUT", "TERM_DEADLINE": "TIMEOUT"}
 
 
+#: mbatchd as LSF's b* commands see it: ``bparams`` asks mbatchd only.  LSF's clients keep
+#: retrying an unreachable master ("batch system daemon not responding ... still trying",
+#: "LSF is down. Please wait ..."); "LSF is processing your request" is a busy mbatchd.
+CONTROLLER = Controller(
+    name="the LSF master batch daemon (mbatchd)",
+    probe=("bparams",),
+    busy=re.compile(r"LSF is processing your request|mbatchd is busy|try again later", re.I),
+    unreachable=re.compile(r"LSF is down|batch system daemon not responding|Cannot connect to LSF|LIM is down"
+                           r"|Failed in an LSF library call", re.I),
+    check="that LSF answers on this login node (lsid, bparams) and that LSF_ENVDIR names this cluster's lsf.conf",
+)
+
+
 def map_state(word: str):
     from ..jobs.states import JobState
 
@@ -56,6 +69,7 @@ class LSF(Scheduler):
     submit_tool = "bsub"
     missing_hint = "run this on a Summit login node, or use --dry-run"
     submit_via_stdin = True
+    controller = CONTROLLER
 
     def submit_argv(self, script: Path):
         return ["bsub"]
@@ -92,7 +106,7 @@ class LSF(Scheduler):
             if _NOT_FOUND.search(text) or "No unfinished job found" in text:
                 return None
             if returncode != 0:
-                raise tool_failure(["bjobs"], stdout, stderr, returncode)
+                raise tool_failure(["bjobs"], stdout, stderr, returncode, self.controller)
             return None
         words = lines[0].split()
         if words[0] == "JOBID":          # the default table: find the STAT column
@@ -149,5 +163,5 @@ class LSF(Scheduler):
         if _NOT_FOUND.search(text):
             return CANCEL_UNKNOWN
         if returncode != 0:
-            raise tool_failure(["bkill"], stdout, stderr, returncode)
+            raise tool_failure(["bkill"], stdout, stderr, returncode, self.controller)
         return CANCEL_REQUESTED

@@ -11,11 +11,12 @@ completion file).  ExitCode is ``<status>:<signal>``; a signal N reads as exit c
 Cancel: ``scancel ID`` (silent on success)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from ..errors import WmlError
-from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Scheduler, StatusQuery,
+from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
                register, tool_failure)
 
 _REPLY = re.compile(r"(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
@@ -37,6 +38,26 @@ STATES = {
     "CANCELLED": "CANCELLED",
     "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
 }
+
+
+def _check_slurm() -> str:
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    return f"that slurmctld is running (scontrol ping) and that SLURM_CONF ({conf}) names its host and port"
+
+
+#: slurmctld as its clients see it.  sbatch says "Slurm temporarily unable to accept job,
+#: sleeping and retrying" when it is busy; "Socket timed out on send/recv operation" is an
+#: overloaded controller (both: wait longer).  An unreachable one: "Unable to contact slurm
+#: controller (connect failure)" after ~9 s of retries; ``scontrol ping`` says DOWN at once.
+CONTROLLER = Controller(
+    name="the Slurm controller (slurmctld)",
+    probe=("scontrol", "ping"),
+    busy=re.compile(r"temporarily unable to accept job|sleeping and retrying|Socket timed out on send/recv"
+                    r"|Resource temporarily unavailable", re.I),
+    unreachable=re.compile(r"Unable to contact slurm controller|connect failure|Connection refused"
+                           r"|Slurmctld\(\w+\) at \S+ is DOWN", re.I),
+    check=_check_slurm,
+)
 
 
 def map_state(text: str):
@@ -70,6 +91,7 @@ class Slurm(Scheduler):
     template = "slurm.sh.j2"
     submit_tool = "sbatch"
     missing_hint = "run this on a login node of the Slurm cluster, or use --dry-run"
+    controller = CONTROLLER
 
     def submit_argv(self, script: Path):
         return ["sbatch", "--parsable", str(script)]
@@ -111,7 +133,7 @@ class Slurm(Scheduler):
         if returncode != 0:
             if _INVALID_JOB.search(stderr + stdout):
                 return None
-            raise tool_failure(["squeue"], stdout, stderr, returncode)
+            raise tool_failure(["squeue"], stdout, stderr, returncode, self.controller)
         lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
         if not lines:
             return None   # finished: squeue shows only live jobs
@@ -126,7 +148,7 @@ class Slurm(Scheduler):
         if returncode != 0:
             if _INVALID_JOB.search(stderr + stdout):
                 return None
-            raise tool_failure(["scontrol"], stdout, stderr, returncode)
+            raise tool_failure(["scontrol"], stdout, stderr, returncode, self.controller)
         fields = {}
         for tok in stdout.split():
             k, sep, v = tok.partition("=")
@@ -142,7 +164,7 @@ class Slurm(Scheduler):
         if returncode != 0:
             if _NO_ACCOUNTING.search(stderr + stdout) or _INVALID_JOB.search(stderr + stdout):
                 return None
-            raise tool_failure(["sacct"], stdout, stderr, returncode)
+            raise tool_failure(["sacct"], stdout, stderr, returncode, self.controller)
         rows = [ln.split("|") for ln in stdout.splitlines() if ln.count("|") >= 2]
         if job_id:
             rows = [r for r in rows if r[0].strip() == job_id] or rows
@@ -174,5 +196,5 @@ class Slurm(Scheduler):
         if _INVALID_JOB.search(text):
             return CANCEL_UNKNOWN
         if returncode != 0:
-            raise tool_failure(["scancel"], stdout, stderr, returncode)
+            raise tool_failure(["scancel"], stdout, stderr, returncode, self.controller)
         return CANCEL_REQUESTED
