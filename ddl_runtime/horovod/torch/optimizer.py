@@ -1,0 +1,374 @@
+"""Horovod's ``hvd.DistributedOptimizer`` for torch, on ddl_runtime's native optimizer engine.
+
+The engine is ``ddl_runtime.torch``'s: post-accumulate-grad hooks count each gradient, a fixed
+list of buckets (identical on every rank) is launched strictly in order as soon as all of a
+bucket's gradients are ready (``allreduce_n_async``), and ``synchronize()`` waits.  What this
+module adds is Horovod's contract on top of it:
+
+* a gradient that is ``None`` on this rank is reduced as zeros (Horovod's "force allreduce":
+  a parameter unused on some ranks gets the others' contribution, never a hang);
+* ``compression`` (compress before, decompress after the reduction), ``op`` Average / Sum
+  (Adasum: not supported), ``gradient_predivide_factor`` (Average split into a pre-scale of
+  1/f and a post-scale of f/size, as Horovod does), ``backward_passes_per_step``;
+* ``groups`` / ``num_groups``: each group is one bucket (reduced together once all its
+  gradients are ready); a parameter in no group is a bucket of its own;
+* sparse gradients: reduced by allgathering indices and values (``sparse_as_dense=True``:
+  densified, reduced with the rest, and made sparse again for the optimizer);
+* ``synchronize()`` / ``skip_synchronize()`` and the warning for ``step()`` right after an
+  explicit ``synchronize()``;
+* ``process_set``: ranks outside the set leave their gradients alone; inside a set smaller
+  than the job the reduction runs on the set's communicator.
+
+A second ``step()`` after ``synchronize()`` (without ``skip_synchronize()``) warns as in
+Horovod but does not reduce the already reduced gradients again.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+import ddl_runtime as _ddl
+import ddl_runtime.torch as _native
+from ddl_runtime.errors import DDLInputError
+
+from .compression import Compression
+
+__all__ = ["DistributedOptimizer"]
+
+_STEP_AFTER_SYNC = ("optimizer.step() called without optimizer.skip_synchronize() context after "
+                    "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                    "consider using optimizer.skip_synchronize() context if you use "
+                    "optimizer.synchronize() in your code.")
+
+
+def _common():
+    from ddl_runtime.horovod import common
+    return common
+
+
+class _SetHandle:
+    """A process-set reduction in flight (the native engine's handles reduce over the world)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def done(self) -> bool:
+        from . import mpi_ops
+        return bool(mpi_ops.poll(self._handle))
+
+    def wait(self) -> list:
+        from . import mpi_ops
+        return list(mpi_ops.synchronize(self._handle))
+
+
+class _Pending:
+    """What one launched bucket needs at synchronize(): per dense tensor its parameter and
+    compression context; the sparse parameters to reduce by allgather."""
+
+    __slots__ = ("dense", "ctxs", "sparse")
+
+    def __init__(self) -> None:
+        self.dense: List[torch.Tensor] = []
+        self.ctxs: List[Any] = []
+        self.sparse: List[torch.Tensor] = []
+
+
+class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
+    """Horovod's semantics over the native mixin (see the module docstring)."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step: int, op: Any,
+                   gradient_predivide_factor: float, groups: Any, sparse_as_dense: bool,
+                   process_set: Any) -> None:
+        common = _common()
+        if op == common.Adasum:
+            raise DDLInputError("DistributedOptimizer: op=Adasum is not supported by wml's Horovod layer; "
+                                "use op=hvd.Average (the default) or op=hvd.Sum")
+        if op not in (common.Average, common.Sum):
+            raise DDLInputError(f"DistributedOptimizer: op={op!r} is not supported; use hvd.Average or hvd.Sum")
+        factor = float(gradient_predivide_factor)
+        if factor != 1.0 and op != common.Average:
+            raise DDLInputError("DistributedOptimizer: gradient_predivide_factor not supported with op != Average")
+        if not factor > 0:
+            raise DDLInputError(f"DistributedOptimizer: gradient_predivide_factor={gradient_predivide_factor!r} "
+                                f"must be greater than 0")
+        if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+            raise DDLInputError("DistributedOptimizer: compression must be hvd.Compression.none, "
+                                "hvd.Compression.fp16 or a Compressor with compress/decompress")
+        if process_set is None:
+            process_set = common.global_process_set
+        self._hvd_compression = compression
+        self._hvd_sparse_as_dense = bool(sparse_as_dense)
+        self._hvd_process_set = process_set
+        self._hvd_global = _is_global(process_set, common)
+        self._hvd_average = op == common.Average
+        self._hvd_op = op
+        self.op = op
+        self.gradient_predivide_factor = factor
+        self._hvd_synchronized = False
+        self._hvd_should_sync = True
+        self._hvd_pending: Dict[int, tuple] = {}  # bucket index -> (_Pending, wire tensors)
+        _native.init()
+        if self._hvd_global:
+            members = _ddl.size()
+            self._hvd_included = True
+        else:
+            self._hvd_included = bool(process_set.included())
+            members = process_set.size() if self._hvd_included else 1
+        self._hvd_members = members
+        # Average without a predivide factor lets the engine divide while unpacking; otherwise
+        # the engine sums and the scaling happens here.
+        if self._hvd_average and factor == 1.0:
+            self._hvd_engine_op, self._hvd_pre, self._hvd_post = "avg", 1.0, 1.0
+        elif self._hvd_average:
+            self._hvd_engine_op, self._hvd_pre, self._hvd_post = "sum", 1.0 / factor, factor / members
+        else:
+            self._hvd_engine_op, self._hvd_pre, self._hvd_post = "sum", 1.0, 1.0
+        self._ddl_setup(named_parameters, self._hvd_engine_op, backward_passes_per_step, None)
+        if groups is not None:
+            self._hvd_regroup(groups)
+
+    # -- setup helpers ----------------------------------------------------------------------
+
+    def _ddl_check_consistent(self, names) -> None:
+        # A process set's members may run a different model from the rest of the job: the
+        # world-wide comparison only applies to the global set.
+        if getattr(self, "_hvd_global", True):
+            super()._ddl_check_consistent(names)
+
+    def _hvd_regroup(self, groups: Any) -> None:
+        """Replace the size-based buckets by Horovod's explicit groups."""
+        order = [p for b in self._ddl_buckets for p in b.params]  # backward (reversed) order
+        position = {p: i for i, p in enumerate(order)}
+        if isinstance(groups, bool) or not isinstance(groups, (int, list, tuple)):
+            raise DDLInputError("DistributedOptimizer: groups must be a number of groups or a list of "
+                                "lists of parameters")
+        if isinstance(groups, int):
+            if groups < 0:
+                raise DDLInputError(f"DistributedOptimizer: groups={groups} must be >= 0")
+            if groups == 0 or not order:
+                return
+            forward = list(reversed(order))
+            parts = [list(part) for part in _split(forward, groups) if part]
+        else:
+            parts, seen = [], set()
+            for g, group in enumerate(groups):
+                part = []
+                for p in group:
+                    if not isinstance(p, torch.Tensor) or p not in position:
+                        raise DDLInputError(f"DistributedOptimizer: groups[{g}] holds something that is not a "
+                                            f"trainable parameter of this optimizer")
+                    if p in seen:
+                        raise DDLInputError(f"DistributedOptimizer: parameter {self._ddl_names[p]!r} is in "
+                                            f"more than one group")
+                    seen.add(p)
+                    part.append(p)
+                if part:
+                    parts.append(part)
+            parts += [[p] for p in order if p not in seen]
+        # A bucket is ready when its last gradient arrives: launch order = that arrival order.
+        parts.sort(key=lambda part: max(position[p] for p in part))
+        self._ddl_buckets = [_native._Bucket(i, sorted(part, key=position.get),
+                                             [self._ddl_names[p] for p in sorted(part, key=position.get)])
+                             for i, part in enumerate(parts)]
+        self._ddl_bucket_of = {p: b for b in self._ddl_buckets for p in b.params}
+
+    # -- reductions --------------------------------------------------------------------------
+
+    @property
+    def _parameter_names(self) -> Dict[torch.Tensor, str]:
+        return self._ddl_names
+
+    def _ddl_launch(self, bucket) -> None:  # called by the native hooks, in bucket order
+        bucket.launched = True
+        self._ddl_next = bucket.index + 1
+        bucket.handle = None
+        if not self._hvd_reducing():  # outside the process set (or alone in it): nothing to do
+            return
+        pending = _Pending()
+        tensors: List[torch.Tensor] = []
+        names: List[str] = []
+        for p in bucket.params:
+            if p.grad is None:
+                # Not computed here (unused this step): reduce zeros, as Horovod does, so the
+                # ranks that did compute it are not left waiting.
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            grad = p.grad
+            if grad.is_sparse:
+                if not self._hvd_sparse_as_dense:
+                    pending.sparse.append(p)
+                    continue
+                grad = grad.to_dense()
+            elif not grad.is_contiguous():
+                p.grad = grad = grad.contiguous()
+            wire, ctx = self._hvd_compression.compress(grad)
+            if self._hvd_pre != 1.0:
+                wire = wire.mul_(self._hvd_pre) if wire is p.grad else wire * self._hvd_pre
+            tensors.append(wire)
+            names.append(self._ddl_names[p])
+            pending.dense.append(p)
+            pending.ctxs.append(ctx)
+        if not tensors:
+            pass
+        elif self._hvd_global:
+            bucket.handle = _ddl.allreduce_n_async(tensors, op=self._hvd_engine_op, names=names)
+        else:
+            from . import mpi_ops
+            op = _common().Average if self._hvd_engine_op == "avg" else _common().Sum
+            bucket.handle = _SetHandle(mpi_ops.grouped_allreduce_async_(
+                tensors, name=f"DistributedOptimizer.bucket{bucket.index}.{names[0]}", op=op,
+                process_set=self._hvd_process_set))
+        self._hvd_pending[bucket.index] = (pending, tensors)
+
+    def _hvd_reducing(self) -> bool:
+        return self._hvd_included and self._hvd_members > 1
+
+    def synchronize(self) -> None:
+        """Wait for every gradient reduction of this step (starting those not started yet)."""
+        if self._ddl_size == 1 and self._hvd_global:
+            self._hvd_synchronized = self._ddl_synced = True
+            return
+        while self._ddl_next < len(self._ddl_buckets):
+            self._ddl_launch(self._ddl_buckets[self._ddl_next])
+        try:
+            for bucket in self._ddl_buckets:
+                pending, tensors = self._hvd_pending.pop(bucket.index, (None, []))
+                if pending is None:
+                    continue
+                results = bucket.handle.wait() if bucket.handle is not None else tensors
+                bucket.handle = None
+                for p, out, ctx in zip(pending.dense, results, pending.ctxs):
+                    self._hvd_store(p, out, ctx)
+                for p in pending.sparse:
+                    self._hvd_store_sparse(p)
+        finally:
+            self._hvd_pending.clear()
+            self._ddl_reset()
+        self._hvd_synchronized = self._ddl_synced = True
+
+    def _hvd_store(self, p: torch.Tensor, out: Any, ctx: Any) -> None:
+        value = out if isinstance(out, torch.Tensor) else _native._as_tensor_result(out, p.grad)
+        value = self._hvd_compression.decompress(value, ctx)
+        if self._hvd_post != 1.0:
+            value = value.mul_(self._hvd_post) if value is p.grad else value * self._hvd_post
+        if p.grad.is_sparse:
+            p.grad.zero_().add_(value.to_sparse() if not value.is_sparse else value)
+        elif value is not p.grad:
+            p.grad.copy_(value)
+
+    def _hvd_store_sparse(self, p: torch.Tensor) -> None:
+        """Sum (or average) a sparse gradient across ranks: allgather indices and values."""
+        from .functions import _allgather
+        grad = p.grad.coalesce()
+        name = self._ddl_names[p]
+        indices = _allgather(grad.indices().t().contiguous(), f"{name}.indices", self._hvd_process_set)
+        values = _allgather(grad.values().contiguous(), f"{name}.values", self._hvd_process_set)
+        if self._hvd_average:
+            values = values / self._hvd_members
+        total = torch.sparse_coo_tensor(indices.t(), values, grad.size()).coalesce()
+        p.grad.zero_().add_(total)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """``step()`` inside this block does not synchronize (call ``synchronize()`` first)."""
+        self._hvd_should_sync = False
+        try:
+            yield
+        finally:
+            self._hvd_should_sync = True
+
+    def step(self, closure=None):
+        """Average the gradients (unless inside ``skip_synchronize()``), then step."""
+        if closure is not None and self._hvd_reducing():
+            raise DDLInputError("DistributedOptimizer.step(closure): closures re-run backward and are not "
+                                "supported with gradient averaging; call backward() yourself, then step()")
+        if self._hvd_should_sync:
+            if self._hvd_synchronized:
+                warnings.warn(_STEP_AFTER_SYNC)
+            else:
+                self.synchronize()
+        base = super(_native._DistributedOptimizerMixin, self)
+        out = base.step(closure) if closure is not None else base.step()
+        self._hvd_synchronized = self._ddl_synced = False
+        self._ddl_reset()
+        return out
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._hvd_pending and not self._ddl_synced:
+            raise DDLInputError("optimizer.zero_grad() was called after loss.backward() but before "
+                                "optimizer.step() or optimizer.synchronize(); the gradient reductions "
+                                "in flight would be lost")
+        self._ddl_reset()
+        super(_native._DistributedOptimizerMixin, self).zero_grad(set_to_none=set_to_none)
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        if int(passes) < 1:
+            raise DDLInputError(f"set_backward_passes_per_step({passes}): expected >= 1")
+        self._ddl_passes = int(passes)
+        self.backward_passes_per_step = int(passes)
+        self._ddl_reset()
+
+    def load_state_dict(self, *args, **kwargs):
+        self._hvd_pending.clear()
+        self._ddl_reset()
+        self._hvd_synchronized = self._ddl_synced = False
+        return super(_native._DistributedOptimizerMixin, self).load_state_dict(*args, **kwargs)
+
+
+def _is_global(process_set: Any, common: Any) -> bool:
+    if process_set is common.global_process_set:
+        return True
+    pid = getattr(process_set, "process_set_id", None)
+    return pid == 0
+
+
+def _split(items: Sequence[Any], n: int) -> List[List[Any]]:
+    """``items`` in ``n`` contiguous parts whose lengths differ by at most one (first ones longer)."""
+    return [list(part) for part in np.array_split(np.array(items, dtype=object), n)] if items else []
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Optional[Iterable] = None,
+                         compression: Any = Compression.none, backward_passes_per_step: int = 1,
+                         op: Any = None, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Any = None, sparse_as_dense: bool = False, process_set: Any = None):
+    """Wrap ``optimizer`` so that ``step()`` uses gradients reduced across ranks (Horovod's API).
+
+    Returns an object of a subclass of the optimizer's own class sharing its parameter groups
+    and state; use it from then on.  Arguments as in Horovod: ``named_parameters`` (names for
+    errors and the timeline; unique, covering every parameter), ``compression``
+    (``hvd.Compression.none`` / ``.fp16``), ``backward_passes_per_step`` (accumulate locally,
+    reduce every N backward passes), ``op`` (``hvd.Average`` default, ``hvd.Sum``; Adasum is not
+    supported), ``gradient_predivide_factor``, ``num_groups`` (deprecated: ``groups=N``),
+    ``groups`` (N groups, or a list of lists of parameters reduced together),
+    ``sparse_as_dense``, ``process_set``.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise DDLInputError(f"DistributedOptimizer: optimizer is a {type(optimizer).__name__}, "
+                            f"not a torch.optim.Optimizer")
+    if isinstance(optimizer, _native._DistributedOptimizerMixin):
+        raise DDLInputError("DistributedOptimizer: this optimizer is already distributed")
+    if op is None:
+        op = _common().Average
+    if num_groups and groups is None:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        groups = int(num_groups)
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+        if any(not isinstance(item, tuple) for item in named_parameters):
+            raise DDLInputError("named_parameters should be a sequence of tuples (name, parameter), "
+                                "usually produced by model.named_parameters().")
+    base = optimizer.__class__
+    cls = type(base.__name__, (_HorovodOptimizerMixin, base), {})
+    cls.__module__ = __name__
+    obj = cls.__new__(cls)
+    state = dict(optimizer.__dict__)
+    state.pop("step", None)  # an LR scheduler's per-instance wrapper bound to the old object
+    obj.__dict__.update(state)
+    obj.backward_passes_per_step = int(backward_passes_per_step)
+    obj._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                   groups, sparse_as_dense, process_set)
+    return obj
