@@ -10,7 +10,7 @@ SLURM_ENV = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_P
     (["--hostfile", "nope.txt", "--site", "slurm-gpu", "python"], {}, "hostfile nope.txt: no such file"),
     (["--hostfile", "empty.txt", "--site", "slurm-gpu", "python"], {}, "hostfile empty.txt is empty"),
     (["-H", "n[1-", "--site", "slurm-gpu", "python"], {}, "malformed hostlist 'n[1-'"),
-    (["--site", "slurm-gpu", "python"], {"SLURM_JOB_NODELIST": "n[2-1]"}, "range '2-1' goes backwards"),
+    (["--site", "slurm-gpu", "python"], {"SLURM_JOB_NODELIST": "n[2-1]"}, "malformed hostlist 'n[2-1]': a range goes backwards"),
     (["--site", "slurm-gpu", "-n", "3", "python"], SLURM_ENV, "-n 3 is not a multiple of the 2 hosts"),
     (["--site", "slurm-gpu", "-n", "8", "python"], SLURM_ENV,
      "4 ranks on n1, which has 2 slot(s) (SLURM_JOB_NODELIST); pass --oversubscribe"),

@@ -27,19 +27,24 @@ def test_expand_hostlist(text, hosts):
 
 @pytest.mark.parametrize("text, why", [
     ("", "no hosts"),
-    ("nid[0001-0003", "'[' without ']'"),
-    ("nid0001]", "']' without '['"),
+    ("nid[0001-0003", "unbalanced brackets"),
+    ("nid0001]", "unbalanced brackets"),
     ("nid[3-1]", "goes backwards"),
     ("nid[a-b]", "not a number"),
     ("nid[1-2[3]]", "nested"),
     ("node1,,node2", "empty entry"),
     ("no de", "not a host name"),
-    ("-n[1-2]", "does not name a host"),
+    ("-n[1-2]", "'-n1' is not a host name"),
+    ("n[1-200000]", "a range is too large"),
+    ("n[1-2],m[1-2]", None),
 ])
 def test_malformed_hostlist(text, why):
+    if why is None:          # the control: well-formed text expands
+        assert expand_hostlist(text) == ["n1", "n2", "m1", "m2"]
+        return
     with pytest.raises(WmlError, match="malformed hostlist") as e:
         expand_hostlist(text)
-    assert why in str(e.value)
+    assert why in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("text, counts", [
@@ -49,9 +54,10 @@ def test_expand_counts(text, counts):
     assert expand_counts(text) == counts
 
 
-def test_malformed_counts():
+@pytest.mark.parametrize("text", ["2(x),1", "", "2,,1", "two", "2(x3"])
+def test_malformed_counts(text):
     with pytest.raises(WmlError, match="N or N\\(xM\\)"):
-        expand_counts("2(x),1")
+        expand_counts(text)
 
 
 # Environments as the schedulers set them inside a job (values from the centres' docs).
