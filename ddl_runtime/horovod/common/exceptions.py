@@ -1,0 +1,14 @@
+"""Horovod's exception types (horovod.common.exceptions)."""
+from ...errors import DDLError
+
+
+class HorovodInternalError(DDLError):
+    """A collective failed inside the runtime (Horovod's elastic mode restores state on it)."""
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod elastic: the set of hosts changed.  Never raised here (no elastic mode); defined for imports."""
+
+    def __init__(self, skip_sync: bool = False):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync

@@ -1,0 +1,134 @@
+"""Horovod process sets: ProcessSet, global_process_set, add_process_set, remove_process_set.
+
+A ProcessSet names a subset of ranks; collectives given `process_set=` run among those
+ranks only, negotiated separately from the rest (ddl_runtime.process_sets).  Adding and
+removing are collective over the whole job, as in Horovod with dynamic process sets.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Union
+
+from ... import process_sets as _sets
+from ... import runtime as _rt
+from ...errors import DDLInputError
+
+
+class ProcessSet:
+    """A set of ranks.  `process_set_id` is set once it is registered (at init or add_process_set)."""
+
+    def __init__(self, ranks_or_comm: Union[Sequence[int], object]):
+        self.process_set_id: Optional[int] = None
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator: its ranks in COMM_WORLD
+            from mpi4py import MPI
+            group = ranks_or_comm.Get_group()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group())
+        else:
+            ranks = ranks_or_comm
+        try:
+            self.ranks: List[int] = sorted({int(r) for r in ranks})
+        except (TypeError, ValueError):
+            raise DDLInputError(f"ProcessSet: expected a list of ranks, got {ranks_or_comm!r}") from None
+
+    def _registry(self):
+        if self.process_set_id is None or _rt.get() is None:
+            return None
+        return _sets.registry()
+
+    def size(self) -> Optional[int]:
+        if self.process_set_id is None:
+            return None
+        return len(self._members())
+
+    def rank(self) -> Optional[int]:
+        """This process's rank within the set (None when not a member or not registered)."""
+        if self.process_set_id is None:
+            return None
+        members = self._members()
+        me = _rt.current().rank
+        return members.index(me) if me in members else None
+
+    def included(self) -> Optional[bool]:
+        if self.process_set_id is None:
+            return None
+        return _rt.current().rank in self._members()
+
+    def _members(self) -> List[int]:
+        if self.process_set_id == 0:
+            return list(range(_rt.current().size))
+        return self.ranks
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id \
+            and (self.process_set_id is not None or self.ranks == other.ranks)
+
+    def __hash__(self) -> int:
+        return hash((self.process_set_id, tuple(self.ranks)))
+
+    def __repr__(self) -> str:
+        if self.process_set_id == 0:
+            return "ProcessSet(process_set_id=0, ranks=all)"
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_registered: dict = {0: global_process_set}
+
+
+def controller_for(process_set: Optional[ProcessSet], what: str):
+    """The negotiation controller of `process_set` on this rank (errors name the call)."""
+    if _rt.get() is None:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    if process_set is None:
+        process_set = global_process_set
+    if not isinstance(process_set, ProcessSet):
+        raise DDLInputError(f"{what}: process_set must be a hvd.ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise DDLInputError(f"{what}: {process_set} is not registered; call hvd.add_process_set() first")
+    try:
+        return _sets.registry().controller(process_set.process_set_id)
+    except DDLInputError as exc:
+        raise DDLInputError(f"{what}: {exc}") from None
+
+
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+    """Register a new process set on every rank (all ranks must call this, in the same order)."""
+    if _rt.get() is None:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise DDLInputError(f"{process_set} is registered already")
+    ranks = process_set.ranks or list(range(_rt.current().size))
+    process_set.ranks = ranks
+    process_set.process_set_id = _sets.registry().add(ranks)
+    _registered[process_set.process_set_id] = process_set
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregister a process set on every rank; returns False if it was not registered."""
+    if not isinstance(process_set, ProcessSet) or process_set.process_set_id in (None, 0):
+        return False
+    if process_set.process_set_id not in _registered:
+        return False
+    _sets.registry().remove(process_set.process_set_id)
+    del _registered[process_set.process_set_id]
+    process_set.process_set_id = None
+    return True
+
+
+def _start(process_sets_arg=None) -> None:
+    _sets.registry()
+    if process_sets_arg is None or process_sets_arg == "dynamic":
+        return
+    for ps in process_sets_arg:
+        if isinstance(ps, ProcessSet) and ps.process_set_id is not None:
+            continue
+        add_process_set(ps)
+
+
+def _stop() -> None:
+    for set_id in [i for i in _registered if i != 0]:
+        _registered.pop(set_id).process_set_id = None
+    _sets.reset()

@@ -1,0 +1,583 @@
+"""horovod.torch's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.negotiation).
+
+Every op has Horovod's signature and semantics: `allreduce` / `allreduce_` /
+`allreduce_async(_)`, grouped variants, `allgather` (first dims may differ), `broadcast`,
+`alltoall` (with splits), `reducescatter`, `join`, `barrier`, `poll`, `synchronize`;
+the non-inplace ops carry gradients (autograd Functions below, with Horovod's backward
+rules).  Ranks match operations by name, so they may submit in different orders; unnamed
+operations are numbered per process set and kind.  CPU tensors are used in place through
+numpy views; CUDA tensors are staged through host memory; bfloat16 is reduced in float32.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ddl_runtime.errors import DDLInputError
+from ddl_runtime.negotiation import Handle, Request
+
+from ..common import handles as _handles
+from ..common.basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
+                             init, is_initialized, local_rank, local_size, rank, reduce_op, shutdown, size)
+from ..common.process_sets import controller_for, global_process_set
+
+_MOVABLE = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+            torch.float32, torch.float64, torch.bool}
+_REDUCIBLE = _MOVABLE - {torch.bool}
+
+
+# -- tensors <-> host numpy -------------------------------------------------------------------------
+def _check_tensor(t: Any, what: str, reduce: bool) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise DDLInputError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise DDLInputError(f"{what}: sparse tensors are not supported here (use sparse_allreduce_async)")
+    if t.dtype not in (_REDUCIBLE if reduce else _MOVABLE):
+        raise DDLInputError(f"{what}: dtype {t.dtype} is not supported")
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor with t's values (t itself when it already is one)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor (bfloat16 as its int16 bits)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy()
+    return t.numpy()
+
+
+def _entry(name: str, arr: np.ndarray) -> Tuple[str, str, tuple]:
+    return (name, arr.dtype.name, tuple(arr.shape))
+
+
+def _submit(kind: str, name: Optional[str], params: tuple, inputs, outputs, process_set,
+            what: str, extra=None, group: bool = False) -> Handle:
+    ctl = controller_for(process_set, what)
+    if name is None:
+        name = ctl.auto_name(kind)
+    else:
+        name = str(name)
+    names = [f"{name}.{i}" for i in range(len(inputs))] if group else [name] * len(inputs)
+    entries = [_entry(n, a) for n, a in zip(names, inputs)]
+    return ctl.submit(Request(kind, name, params, entries, list(inputs), list(outputs), extra))
+
+
+def _scales(prescale_factor, postscale_factor, what: str) -> Tuple[float, float]:
+    try:
+        return float(prescale_factor), float(postscale_factor)
+    except (TypeError, ValueError):
+        raise DDLInputError(f"{what}: prescale_factor and postscale_factor must be numbers") from None
+
+
+# -- allreduce ------------------------------------------------------------------------------------
+def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence[torch.Tensor]], name, op_name: str,
+                     prescale: float, postscale: float, process_set, what: str, group: bool):
+    """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
+    inputs, outs, copy_back = [], [], []
+    for i, t in enumerate(tensors):
+        _check_tensor(t, what, reduce=True)
+        target = outputs[i] if outputs is not None else None
+        h = _host(t)
+        if h.dtype == torch.bfloat16:
+            h = h.float()
+        src = _np(h)
+        if target is not None and target.device.type == "cpu" and target.is_contiguous() \
+                and target.dtype != torch.bfloat16:
+            out = target  # written in place by the reduction
+        else:
+            out = torch.empty(h.shape, dtype=h.dtype)
+        inputs.append(src)
+        outs.append(_np(out))
+        copy_back.append((out, target, t))
+    handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
+                     group=group)
+
+    def finish(_h: Handle) -> List[torch.Tensor]:
+        results = []
+        for out, target, orig in copy_back:
+            if target is not None:
+                if out is not target:
+                    target.copy_(out)
+                results.append(target)
+            else:
+                results.append(out.to(device=orig.device, dtype=orig.dtype))
+        return results
+    return handle, finish
+
+
+def _op_args(average, op, prescale_factor, postscale_factor, what):
+    return reduce_op(op, average, what), *_scales(prescale_factor, postscale_factor, what)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set) -> int:
+    """Start averaging (default) or reducing `tensor` across ranks into a new tensor; returns a handle."""
+    what = f"allreduce('{name}')" if name else "allreduce"
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    handle, finish = _allreduce_start([tensor], None, name, op_name, pre, post, process_set, what, False)
+    return _handles.register(handle, lambda h: finish(h)[0])
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set) -> int:
+    """In-place allreduce_async: the result is written into `tensor`."""
+    what = f"allreduce_('{name}')" if name else "allreduce_"
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    handle, finish = _allreduce_start([tensor], [tensor], name, op_name, pre, post, process_set, what, False)
+    return _handles.register(handle, lambda h: finish(h)[0])
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op_name, pre, post, process_set):
+        ctx.args = (op_name, pre, post, process_set)
+        handle, finish = _allreduce_start([tensor], None, name, op_name, pre, post, process_set,
+                                          f"allreduce('{name}')" if name else "allreduce", False)
+        handle.wait()
+        return finish(handle)[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        op_name, pre, post, process_set = ctx.args
+        return _Allreduce.apply(grad.contiguous(), None, op_name, pre, post, process_set), None, None, None, None, None
+
+
+def _compress(compression, tensor):
+    if compression is None:
+        return tensor, None
+    return compression.compress(tensor)
+
+
+def _decompress(compression, tensor, ctx):
+    return tensor if compression is None else compression.decompress(tensor, ctx)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Average (default) or reduce `tensor` across ranks; returns a new tensor (differentiable).
+
+    op: hvd.Average, Sum, Min, Max or Product (Adasum: not supported).  compression:
+    hvd.Compression.none / fp16.  prescale_factor / postscale_factor multiply before / after.
+    """
+    what = f"allreduce('{name}')" if name else "allreduce"
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    _check_tensor(tensor, what, reduce=True)
+    wire, ctx = _compress(compression, tensor)
+    return _decompress(compression, _Allreduce.apply(wire, name, op_name, pre, post, process_set), ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set) -> int:
+    """Reduce a list of tensors as one negotiated, fused operation; returns a handle."""
+    what = f"grouped_allreduce('{name}')" if name else "grouped_allreduce"
+    tensors = _as_list(tensors, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    handle, finish = _allreduce_start(tensors, None, name, op_name, pre, post, process_set, what, True)
+    return _handles.register(handle, finish)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set) -> int:
+    what = f"grouped_allreduce_('{name}')" if name else "grouped_allreduce_"
+    tensors = _as_list(tensors, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    handle, finish = _allreduce_start(tensors, tensors, name, op_name, pre, post, process_set, what, True)
+    return _handles.register(handle, finish)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op_name, pre, post, process_set, *tensors):
+        ctx.args = (op_name, pre, post, process_set)
+        handle, finish = _allreduce_start(tensors, None, name, op_name, pre, post, process_set,
+                                          "grouped_allreduce", True)
+        handle.wait()
+        return tuple(finish(handle))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op_name, pre, post, process_set = ctx.args
+        reduced = _GroupedAllreduce.apply(None, op_name, pre, post, process_set, *[g.contiguous() for g in grads])
+        return (None, None, None, None, None, *reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """Reduce a list of tensors together; returns a list of new tensors (differentiable)."""
+    what = f"grouped_allreduce('{name}')" if name else "grouped_allreduce"
+    tensors = _as_list(tensors, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    for t in tensors:
+        _check_tensor(t, what, reduce=True)
+    pairs = [_compress(compression, t) for t in tensors]
+    reduced = _GroupedAllreduce.apply(name, op_name, pre, post, process_set, *[w for w, _ in pairs])
+    return [_decompress(compression, r, c) for r, (_, c) in zip(reduced, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+def _as_list(tensors, what: str) -> list:
+    if not isinstance(tensors, (list, tuple)):
+        raise DDLInputError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        raise DDLInputError(f"{what}: the list of tensors is empty")
+    return list(tensors)
+
+
+# -- sparse allreduce ----------------------------------------------------------------------------
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> Callable[[], torch.Tensor]:
+    """Allreduce a sparse COO tensor by gathering indices and values; returns a callable giving the result."""
+    what = f"sparse_allreduce('{name}')"
+    if op not in (Average, Sum):
+        raise DDLInputError(f"{what}: op must be hvd.Average or hvd.Sum")
+    t = tensor.coalesce()
+    indices = t.indices().t().contiguous()
+    values = t.values().contiguous()
+    h_idx = allgather_async(indices, name=f"{name}.indices", process_set=process_set)
+    h_val = allgather_async(values, name=f"{name}.values", process_set=process_set)
+
+    def result() -> torch.Tensor:
+        idx = synchronize(h_idx)
+        vals = synchronize(h_val)
+        if op == Average:
+            vals = vals / (process_set or global_process_set).size()
+        return torch.sparse_coo_tensor(idx.t(), vals, size=tensor.size())
+    return result
+
+
+# -- allgather ------------------------------------------------------------------------------------
+def _allgather_start(tensors, name, process_set, what: str, group: bool):
+    inputs, metas = [], []
+    for t in tensors:
+        _check_tensor(t, what, reduce=False)
+        h = _host(t)
+        if h.dim() == 0:
+            h = h.reshape(1)
+        inputs.append(_np(h))
+        metas.append(t)
+    # Output shapes depend on the other ranks' first dims: allocate when the request runs.
+    outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
+    handle = _submit("allgather", name, (), inputs, outputs, process_set, what, group=group)
+
+    def finish(h: Handle) -> List[torch.Tensor]:
+        results = []
+        for out, orig in zip(h.request.outputs, metas):
+            res = torch.from_numpy(out)
+            if orig.dtype == torch.bfloat16:
+                res = res.view(torch.bfloat16)
+            results.append(res.to(orig.device))
+        return results
+    return handle, finish
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
+    """Start concatenating every rank's `tensor` along dim 0 (first dims may differ); returns a handle."""
+    what = f"allgather('{name}')" if name else "allgather"
+    handle, finish = _allgather_start([tensor], name, process_set, what, False)
+    return _handles.register(handle, lambda h: finish(h)[0])
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
+    what = f"grouped_allgather('{name}')" if name else "grouped_allgather"
+    handle, finish = _allgather_start(_as_list(tensors, what), name, process_set, what, True)
+    return _handles.register(handle, finish)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, grouped, *tensors):
+        ctx.process_set, ctx.grouped = process_set, grouped
+        what = f"allgather('{name}')" if name else "allgather"
+        handle, finish = _allgather_start(tensors, name, process_set, what, ctx.grouped)
+        handle.wait()
+        out = finish(handle)
+        ctx.rows = handle.result
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = _GroupedAllreduce.apply(None, "average", 1.0, 1.0, ctx.process_set, *[g.contiguous() for g in grads])
+        me = controller_for(ctx.process_set, "allgather").rank
+        results = []
+        for g, rows in zip(reduced, ctx.rows):
+            offset = sum(rows[:me])
+            results.append(g.narrow(0, offset, rows[me]))
+        return (None, None, None, *results)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenate every rank's `tensor` along dim 0; returns a new tensor (differentiable)."""
+    return _Allgather.apply(name, process_set, False, tensor)[0]
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    what = f"grouped_allgather('{name}')" if name else "grouped_allgather"
+    return list(_Allgather.apply(name, process_set, True, *_as_list(tensors, what)))
+
+
+# -- broadcast ------------------------------------------------------------------------------------
+def _check_root(root_rank, process_set, what: str) -> int:
+    ctl = controller_for(process_set, what)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
+            or int(root_rank) not in ctl.global_ranks:
+        raise DDLInputError(f"{what}: root_rank {root_rank!r} is not a rank of the process set "
+                            f"({ctl.global_ranks if len(ctl.global_ranks) <= 16 else 'size %d' % ctl.size})")
+    return int(root_rank)
+
+
+def _broadcast_start(tensor, root_rank, name, process_set, inplace: bool, what: str):
+    _check_tensor(tensor, what, reduce=False)
+    root = _check_root(root_rank, process_set, what)
+    if inplace and tensor.device.type == "cpu" and tensor.is_contiguous():
+        out = tensor.detach()  # received in place
+    else:
+        out = _host(tensor).clone()
+    arr = _np(out)
+    handle = _submit("broadcast", name, (root,), [arr], [arr], process_set, what)
+
+    def finish(_h: Handle) -> torch.Tensor:
+        if inplace:
+            if out.data_ptr() != tensor.data_ptr():
+                with torch.no_grad():
+                    tensor.copy_(out)
+            return tensor
+        return out.to(tensor.device)
+    return handle, finish
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    what = f"broadcast('{name}')" if name else "broadcast"
+    handle, finish = _broadcast_start(tensor, root_rank, name, process_set, False, what)
+    return _handles.register(handle, finish)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    what = f"broadcast_('{name}')" if name else "broadcast_"
+    handle, finish = _broadcast_start(tensor, root_rank, name, process_set, True, what)
+    return _handles.register(handle, finish)
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        handle, finish = _broadcast_start(tensor, root_rank, name, process_set, False,
+                                          f"broadcast('{name}')" if name else "broadcast")
+        handle.wait()
+        return finish(handle)
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = _Allreduce.apply(grad.contiguous(), None, "average", 1.0, 1.0, ctx.process_set)
+        if rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Return a new tensor holding root_rank's `tensor` (differentiable)."""
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrite `tensor` with root_rank's; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# -- alltoall -------------------------------------------------------------------------------------
+def _alltoall_start(tensor, splits, name, process_set, what: str):
+    ctl = controller_for(process_set, what)
+    _check_tensor(tensor, what, reduce=False)
+    h = _host(tensor)
+    if h.dim() == 0:
+        raise DDLInputError(f"{what}: alltoall needs a tensor with at least one dimension")
+    first = h.shape[0]
+    if splits is None:
+        if first % ctl.size:
+            raise DDLInputError(f"{what}: the first dimension ({first}) is not a multiple of the number of "
+                                f"ranks ({ctl.size}); pass splits")
+        send = [first // ctl.size] * ctl.size
+    else:
+        if isinstance(splits, torch.Tensor):
+            if splits.dtype != torch.int32:
+                raise DDLInputError(f"{what}: splits must be a torch.int32 tensor, got {splits.dtype}")
+            send = [int(v) for v in splits.detach().cpu().reshape(-1).tolist()]
+        elif isinstance(splits, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in splits):
+            send = [int(v) for v in splits]
+        else:
+            raise DDLInputError(f"{what}: splits must be a list of ints or an int32 tensor")
+        if len(send) != ctl.size:
+            raise DDLInputError(f"{what}: {len(send)} splits for {ctl.size} ranks")
+        if any(v < 0 for v in send):
+            raise DDLInputError(f"{what}: splits must not be negative: {send}")
+        if sum(send) != first:
+            raise DDLInputError(f"{what}: the splits add up to {sum(send)}, but the first dimension is {first}")
+    arr = _np(h)
+    handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send))
+
+    def finish(hd: Handle):
+        out = torch.from_numpy(hd.request.outputs[0])
+        if tensor.dtype == torch.bfloat16:
+            out = out.view(torch.bfloat16)
+        received = torch.tensor(hd.result, dtype=torch.int32)
+        dev = tensor.device
+        rdev = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+        return out.to(dev), received.to(rdev)
+    return handle, finish
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    """Start scattering rows of `tensor` to every rank (splits[i] rows to rank i) and gathering theirs."""
+    what = f"alltoall('{name}')" if name else "alltoall"
+    handle, finish = _alltoall_start(tensor, splits, name, process_set, what)
+    return _handles.register(handle, finish)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        handle, finish = _alltoall_start(tensor, splits, name, process_set,
+                                         f"alltoall('{name}')" if name else "alltoall")
+        handle.wait()
+        out, received = finish(handle)
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _unused):
+        back, _ = _Alltoall.apply(grad.contiguous(), ctx.received.cpu(), None, ctx.process_set)
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Send splits[i] rows of `tensor` to rank i (equal parts when splits is None); returns the received
+    rows concatenated in rank order, and, when splits were given, the int32 tensor of rows received
+    from each rank.  Differentiable."""
+    out, received = _Alltoall.apply(tensor, splits, name, process_set)
+    return out if splits is None else (out, received)
+
+
+# -- reducescatter --------------------------------------------------------------------------------
+def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, process_set, what, group):
+    op_name, pre, post = _op_args(None, op, prescale_factor, postscale_factor, what)
+    if op_name not in ("average", "sum"):
+        raise DDLInputError(f"{what}: reducescatter supports op=hvd.Average or hvd.Sum")
+    ctl = controller_for(process_set, what)
+    from ddl_runtime.kernels import scatter_rows
+    inputs, outs, metas = [], [], []
+    for t in tensors:
+        _check_tensor(t, what, reduce=True)
+        if t.dim() == 0:
+            raise DDLInputError(f"{what}: reducescatter needs a tensor with at least one dimension, got a scalar")
+        h = _host(t)
+        if h.dtype == torch.bfloat16:
+            h = h.float()
+        rows = scatter_rows(h.shape[0], ctl.size)[ctl.rank]
+        out = torch.empty((rows,) + tuple(h.shape[1:]), dtype=h.dtype)
+        inputs.append(_np(h))
+        outs.append(_np(out))
+        metas.append((out, t))
+    handle = _submit("reducescatter", name, (op_name, pre, post), inputs, outs, process_set, what, group=group)
+
+    def finish(_h: Handle) -> List[torch.Tensor]:
+        return [out.to(device=t.device, dtype=t.dtype) for out, t in metas]
+    return handle, finish, op_name
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0) -> int:
+    what = f"reducescatter('{name}')" if name else "reducescatter"
+    handle, finish, _ = _reducescatter_start([tensor], name, op, prescale_factor, postscale_factor, process_set,
+                                             what, False)
+    return _handles.register(handle, lambda h: finish(h)[0])
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0) -> int:
+    what = f"grouped_reducescatter('{name}')" if name else "grouped_reducescatter"
+    handle, finish, _ = _reducescatter_start(_as_list(tensors, what), name, op, prescale_factor, postscale_factor,
+                                             process_set, what, True)
+    return _handles.register(handle, finish)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, pre, post, process_set, *tensors):
+        ctx.process_set = process_set
+        handle, finish, op_name = _reducescatter_start(tensors, name, op, pre, post, process_set,
+                                                       "reducescatter", len(tensors) > 1)
+        ctx.op_name = op_name
+        handle.wait()
+        return tuple(finish(handle))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gathered = _Allgather.apply(None, ctx.process_set, len(grads) > 1, *[g.contiguous() for g in grads])
+        if ctx.op_name == "sum":
+            n = controller_for(ctx.process_set, "reducescatter").size
+            gathered = [g * n for g in gathered]
+        return (None, None, None, None, None, *gathered)
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce `tensor` across ranks and give each rank its slice of dim 0 (the first ranks get one
+    more row when it does not divide evenly).  Differentiable."""
+    wire, ctx = _compress(compression, tensor)
+    out = _Reducescatter.apply(name, op, prescale_factor, postscale_factor, process_set, wire)[0]
+    return _decompress(compression, out, ctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    what = f"grouped_reducescatter('{name}')" if name else "grouped_reducescatter"
+    tensors = _as_list(tensors, what)
+    pairs = [_compress(compression, t) for t in tensors]
+    outs = _Reducescatter.apply(name, op, prescale_factor, postscale_factor, process_set, *[w for w, _ in pairs])
+    return [_decompress(compression, o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+# -- join, barrier, poll, synchronize ---------------------------------------------------------------
+def join(device=-1) -> int:
+    """Wait until every rank has joined; meanwhile take part in the others' allreduces with zeros.
+
+    Returns the rank that joined last.  `device` is accepted for compatibility (tensors are
+    staged through host memory)."""
+    ctl = controller_for(global_process_set, "join")
+    handle = ctl.submit(Request("join", "join", (), []))
+    return handle.wait()
+
+
+def barrier(process_set=global_process_set) -> None:
+    """Wait until every rank of the process set reaches the barrier."""
+    ctl = controller_for(process_set, "barrier")
+    ctl.submit(Request("barrier", ctl.auto_name("barrier"), (), [])).wait()
+
+
+def poll(handle: int) -> bool:
+    """True when the async operation has finished (never blocks)."""
+    return _handles.poll(handle)
+
+
+def synchronize(handle: int):
+    """Wait for an async operation and return its output (raises if the collective failed)."""
+    return _handles.synchronize(handle)

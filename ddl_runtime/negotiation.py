@@ -1,0 +1,429 @@
+"""Name-negotiated collectives (Horovod's model): ranks may submit in different orders.
+
+A rank submits a request (an allreduce of named tensors, a broadcast, a join...) and gets
+a `Handle` at once.  Requests are matched across the ranks of a process set by name, not by
+call order: ranks exchange the descriptors of newly submitted requests in *rounds* (two
+non-blocking allgathers on the set's negotiation communicator), and every rank keeps the
+same table of who announced what.  A request whose name every rank (joined ranks aside)
+has announced is *ready*; ready requests run in table order, identical on every rank, so
+the data collectives (kernels.py, on a second communicator) match up.  Descriptors that
+disagree (dtype, shape, op, root, splits, the collective itself) fail the request on every
+rank with one line naming the tensor and which ranks passed what.
+
+There is no background thread: rounds and data transfers progress whenever a rank is in
+`progress()` (every submit, poll and wait).  A wait names the ranks that have not submitted
+the tensor after the stall-warning time, and gives up after the stall-shutdown time.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from . import log as _log
+from .errors import DDLError, DDLInputError, DDLMismatchError
+
+KINDS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join")
+REDUCE_OPS = ("sum", "average", "min", "max", "product")
+
+
+@dataclass
+class Request:
+    """What a rank submitted: one collective over one or more tensors (a group)."""
+
+    kind: str
+    name: str
+    params: tuple  # kind-specific: (op, prescale, postscale) / (root,) / () ...
+    tensors: List[Tuple[str, str, tuple]]  # (tensor name, dtype, shape) as announced
+    inputs: List[Optional[np.ndarray]] = field(default_factory=list)
+    outputs: List[Optional[np.ndarray]] = field(default_factory=list)
+    extra: Any = None  # alltoall: the splits (rows sent to each rank)
+
+    @property
+    def key(self) -> str:
+        """What ranks match on: the collective and the name (an allreduce and a broadcast may share a name)."""
+        return f"{self.kind}.{self.name}"
+
+    def descriptor(self) -> tuple:
+        return (self.kind, self.name, self.params, tuple(self.tensors), self.extra)
+
+
+class Handle:
+    """An in-flight request: done(), wait() -> result or raises the request's error."""
+
+    def __init__(self, controller: "Controller", request: Request):
+        self.controller = controller
+        self.request = request
+        self.submitted = time.monotonic()
+        self.finished = False
+        self.error: Optional[BaseException] = None
+        self.result: Any = None
+        self._pending_data = 0
+
+    def done(self) -> bool:
+        if not self.finished:
+            self.controller.progress()
+        return self.finished
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        self.controller.wait_for(self, timeout)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass
+class _Entry:
+    """The table's view of one name: each rank's descriptor and the round it arrived in."""
+
+    descs: Dict[int, tuple] = field(default_factory=dict)
+
+
+class Controller:
+    """Negotiation and execution for one process set (its ranks as a communicator)."""
+
+    def __init__(self, comm: MPI.Comm, global_ranks: Sequence[int], fusion_bytes: int,
+                 stall_warning_s: float, stall_shutdown_s: Optional[float], timeline=None, set_id: int = 0):
+        self.neg = comm.Dup()
+        self.data = comm.Dup()
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.global_ranks = list(global_ranks)
+        self.set_id = set_id
+        self.fusion_bytes = fusion_bytes
+        self.stall_warning_s = stall_warning_s
+        self.stall_shutdown_s = stall_shutdown_s
+        self.timeline = timeline
+        self.local: Dict[str, Handle] = {}        # names this rank has in flight
+        self.unannounced: List[Handle] = []
+        self.table: "OrderedDict[str, _Entry]" = OrderedDict()
+        self.joined: Dict[int, int] = {}           # set rank -> round it joined in
+        self.round = 0
+        self._round_state: Optional[tuple] = None   # (phase, request, buffers...)
+        self.in_flight: List[Tuple[kernels.InFlight, List[Handle]]] = []
+        self.noname: Dict[str, int] = {}
+        self.closed = False
+        self.progress_all: Callable[[], None] = self.progress  # the registry makes waits progress every set
+
+    # -- submitting -----------------------------------------------------------------------
+    def auto_name(self, kind: str) -> str:
+        n = self.noname.get(kind, 0)
+        self.noname[kind] = n + 1
+        return f"noname.{n}"
+
+    def submit(self, request: Request) -> Handle:
+        if self.closed:
+            raise DDLError(f"{request.kind} '{request.name}': the process set was removed or shut down")
+        if request.key in self.local:
+            raise DDLInputError(
+                f"{request.kind} '{request.name}': a collective with this name is still in flight on this rank; "
+                "names must be unique among outstanding operations")
+        handle = Handle(self, request)
+        self.local[request.key] = handle
+        self.unannounced.append(handle)
+        self.progress()
+        return handle
+
+    # -- progress -------------------------------------------------------------------------
+    def progress(self) -> None:
+        """One non-blocking step: finish completed transfers, advance the negotiation round."""
+        if self.in_flight:
+            still = []
+            for flight, handles in self.in_flight:
+                if flight.test():
+                    self._span(flight)
+                    for h in handles:
+                        h._pending_data -= 1
+                        if h._pending_data == 0:
+                            self._complete(h)
+                else:
+                    still.append((flight, handles))
+            self.in_flight = still
+        for _ in range(4):  # a few rounds per call when they complete at once
+            if self._round_state is None:
+                if not self._needs_round():
+                    return
+                self._start_round()
+            if not self._advance_round():
+                return
+
+    def _needs_round(self) -> bool:
+        if self.unannounced:
+            return True
+        return any(not h.finished and h._pending_data == 0 and h.request.key in self.table
+                   for h in self.local.values())
+
+    def _start_round(self) -> None:
+        news = [h.request.descriptor() for h in self.unannounced]
+        self.unannounced = []
+        payload = np.frombuffer(pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+        lengths = np.zeros(self.size, dtype=np.int64)
+        mine = np.array([payload.size], dtype=np.int64)
+        req = self.neg.Iallgather([mine, MPI.INT64_T], [lengths, MPI.INT64_T])
+        self._round_state = ("lengths", req, payload, lengths, mine)
+
+    def _advance_round(self) -> bool:
+        state = self._round_state
+        if state[0] == "lengths":
+            _, req, payload, lengths, _ = state
+            if not req.Test():
+                return False
+            total = int(lengths.sum())
+            gathered = np.empty(total, dtype=np.uint8)
+            if total:
+                displs = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
+                req = self.neg.Iallgatherv([payload, MPI.BYTE], [gathered, (lengths.tolist(), displs), MPI.BYTE])
+            else:
+                req = MPI.REQUEST_NULL
+            state = self._round_state = ("data", req, payload, lengths, gathered)
+        _, req, _, lengths, gathered = state
+        if req != MPI.REQUEST_NULL and not req.Test():
+            return False
+        self._round_state = None
+        self.round += 1
+        offset = 0
+        for r in range(self.size):
+            n = int(lengths[r])
+            if n:
+                for desc in pickle.loads(gathered[offset:offset + n].tobytes()):
+                    self._announce(r, desc)
+            offset += n
+        self._run_ready()
+        return True
+
+    def _announce(self, r: int, desc: tuple) -> None:
+        kind, key = desc[0], f"{desc[0]}.{desc[1]}"
+        if kind == "join":
+            self.joined[r] = self.round
+        entry = self.table.get(key)
+        if entry is None:
+            entry = self.table[key] = _Entry()
+        entry.descs[r] = desc
+
+    # -- readiness and validation ------------------------------------------------------------
+    def _run_ready(self) -> None:
+        ready = []
+        for key, entry in list(self.table.items()):
+            name = next(iter(entry.descs.values()))[1]
+            kinds = {d[0] for d in entry.descs.values()}
+            if kinds == {"join"}:
+                if len(entry.descs) == self.size:
+                    ready.append((key, entry, None))
+                continue
+            missing = [r for r in range(self.size) if r not in entry.descs]
+            if not missing:
+                ready.append((key, entry, self._check(name, entry)))
+            elif all(r in self.joined for r in missing):
+                err = self._check(name, entry)
+                if err is None and kinds != {"allreduce"}:
+                    err = (f"{next(iter(kinds))} '{name}': {_ranks([self.global_ranks[r] for r in missing])} "
+                           "called join(); only allreduce can run while ranks have joined")
+                ready.append((key, entry, err))
+        fused: "OrderedDict[tuple, list]" = OrderedDict()
+        for key, entry, err in ready:
+            del self.table[key]
+            handle = self.local.get(key)
+            if err is not None:
+                if handle is not None:
+                    self._fail(handle, DDLMismatchError(err))
+                continue
+            desc = next(iter(entry.descs.values()))
+            kind = desc[0]
+            if kind == "join":
+                last_round = max(self.joined.values())
+                last = max(r for r, rnd in self.joined.items() if rnd == last_round)
+                self.joined.clear()
+                if handle is not None:
+                    handle.result = self.global_ranks[last]
+                    self._complete(handle)
+                continue
+            if kind == "barrier":
+                if handle is not None:
+                    self._complete(handle)
+                continue
+            if kind == "allreduce":
+                for i, tensor in enumerate(desc[3]):  # fused per dtype (a group may mix dtypes)
+                    key = (tensor[1], desc[2])
+                    group = fused.setdefault(key, [])
+                    nbytes = sum(_nbytes(t) for _, _, t in group)
+                    if group and nbytes + _nbytes(tensor) > self.fusion_bytes:
+                        self._post_allreduce(key, group)
+                        group = fused[key] = []
+                    group.append((handle, i, tensor))
+                continue
+            self._post(kind, desc, entry, handle)
+        for key, group in fused.items():
+            if group:
+                self._post_allreduce(key, group)
+
+    def _check(self, name: str, entry: _Entry) -> Optional[str]:
+        descs = entry.descs
+        first = next(iter(descs.values()))
+        kind = first[0]
+        if len({d[0] for d in descs.values()}) > 1:
+            return f"'{name}': ranks call different collectives: " + _sides(descs, lambda d: d[0], self.global_ranks)
+        what = f"{kind} '{name}'"
+        if len({d[2] for d in descs.values()}) > 1:
+            label = {"allreduce": "op/scale factors", "reducescatter": "op/scale factors",
+                     "broadcast": "root rank"}.get(kind, "arguments")
+            return f"{what}: ranks disagree on the {label}: " + _sides(descs, lambda d: _params(kind, d[2]),
+                                                                        self.global_ranks)
+        if len({len(d[3]) for d in descs.values()}) > 1:
+            return f"{what}: ranks pass different numbers of tensors: " + _sides(
+                descs, lambda d: len(d[3]), self.global_ranks)
+        for i in range(len(first[3])):
+            tname = first[3][i][0]
+            label = f"{kind} '{tname}'"
+            if len({d[3][i][1] for d in descs.values()}) > 1:
+                return f"{label}: ranks pass different dtypes: " + _sides(descs, lambda d: d[3][i][1], self.global_ranks)
+            if kind in ("allgather", "alltoall"):
+                if len({len(d[3][i][2]) for d in descs.values()}) > 1 or len({d[3][i][2][1:] for d in descs.values()}) > 1:
+                    return (f"{label}: ranks pass tensors whose shapes differ beyond the first dimension: "
+                            + _sides(descs, lambda d: list(d[3][i][2]), self.global_ranks))
+            elif len({d[3][i][2] for d in descs.values()}) > 1:
+                return f"{label}: ranks pass different shapes: " + _sides(descs, lambda d: list(d[3][i][2]),
+                                                                           self.global_ranks)
+        return None
+
+    # -- execution ----------------------------------------------------------------------------
+    def _post_allreduce(self, key, group) -> None:
+        dtype, (op, prescale, postscale) = np.dtype(key[0]), key[1]
+        inputs, outputs, counts, handles, names = [], [], [], [], []
+        for handle, i, (tname, _, shape) in group:
+            counts.append(int(np.prod(shape, dtype=np.int64)))
+            names.append(tname)
+            if handle is not None:
+                inputs.append(handle.request.inputs[i])
+                outputs.append(handle.request.outputs[i])
+                if handle not in handles:
+                    handles.append(handle)
+            else:  # a joined rank contributes zeros
+                inputs.append(None)
+                outputs.append(None)
+        divisor = self.size if op == "average" else 1
+        flight = kernels.post_allreduce(self.data, inputs, outputs, dtype, counts, op, prescale, postscale,
+                                        divisor, label="ALLREDUCE")
+        self._track(flight, handles, names)
+
+    def _post(self, kind: str, desc: tuple, entry: _Entry, handle: Optional[Handle]) -> None:
+        if handle is None:
+            return  # only allreduce runs on ranks that do not hold the tensor (joined); checked above
+        req = handle.request
+        names = [t[0] for t in req.tensors]
+        flights = []
+        if kind == "allgather":
+            handle.result = []
+            for i, (_, _, shape) in enumerate(req.tensors):
+                rows = [int(entry.descs[r][3][i][2][0]) for r in range(self.size)]
+                src = req.inputs[i]
+                req.outputs[i] = np.empty((sum(rows),) + tuple(src.shape[1:]), dtype=src.dtype)
+                handle.result.append(rows)
+                flights.append(kernels.post_allgather(self.data, src, req.outputs[i], rows, "ALLGATHER"))
+        elif kind == "broadcast":
+            root = self.global_ranks.index(req.params[0])
+            for i in range(len(req.tensors)):
+                flights.append(kernels.post_bcast(self.data, req.outputs[i], root, "BROADCAST"))
+        elif kind == "alltoall":
+            recv = [int(entry.descs[r][4][self.rank]) for r in range(self.size)]
+            handle.result = recv
+            out_shape = (sum(recv),) + tuple(req.tensors[0][2][1:])
+            out = np.empty(out_shape, dtype=req.inputs[0].dtype)
+            req.outputs = [out]
+            flights.append(kernels.post_alltoall(self.data, req.inputs[0], out, req.extra, recv, "ALLTOALL"))
+        elif kind == "reducescatter":
+            op, prescale, postscale = req.params
+            divisor = self.size if op == "average" else 1
+            for i, (_, _, shape) in enumerate(req.tensors):
+                rows = kernels.scatter_rows(shape[0], self.size)
+                flights.append(kernels.post_reducescatter(self.data, req.inputs[i], req.outputs[i], rows, op,
+                                                          prescale, postscale, divisor, "REDUCESCATTER"))
+        for flight in flights:
+            self._track(flight, [handle], names)
+
+    def _track(self, flight: kernels.InFlight, handles: List[Handle], names: List[str]) -> None:
+        flight.started = time.perf_counter()
+        flight.label = f"{flight.label}|{','.join(names[:8])}"
+        for h in handles:
+            h._pending_data += 1
+        self.in_flight.append((flight, handles))
+
+    def _span(self, flight: kernels.InFlight) -> None:
+        tl = self.timeline
+        if tl is not None and tl.enabled:
+            label, _, names = flight.label.partition("|")
+            tl.span(label, 3, flight.started, time.perf_counter(), {"tensors": names, "process_set": self.set_id})
+            tl.flush()
+
+    def _complete(self, handle: Handle) -> None:
+        handle.finished = True
+        self.local.pop(handle.request.key, None)
+
+    def _fail(self, handle: Handle, error: BaseException) -> None:
+        handle.error = error
+        self._complete(handle)
+
+    # -- waiting ------------------------------------------------------------------------------
+    def wait_for(self, handle: Handle, timeout: Optional[float] = None) -> None:
+        start = time.monotonic()
+        warned_at = start
+        pause = 0.0
+        while True:
+            self.progress_all()
+            if handle.finished:
+                return
+            now = time.monotonic()
+            if now - warned_at >= self.stall_warning_s:
+                warned_at = now
+                _log.log(f"{self._stall_line(handle)} for {now - start:.0f} s")
+            limit = timeout if timeout is not None else self.stall_shutdown_s
+            if limit is not None and now - start >= limit:
+                raise DDLError(f"{self._stall_line(handle)} for {now - start:.0f} s; giving up")
+            pause = min(pause * 2 or 2e-5, 1e-3)
+            time.sleep(pause)
+
+    def _stall_line(self, handle: Handle) -> str:
+        req = handle.request
+        entry = self.table.get(req.key)
+        if entry is None:
+            return f"{req.kind} '{req.name}': waiting for the transfer to finish"
+        missing = [self.global_ranks[r] for r in range(self.size) if r not in entry.descs and r not in self.joined]
+        return f"{req.kind} '{req.name}': waiting for {_ranks(missing)} to submit it"
+
+    def close(self) -> None:
+        self.closed = True
+        for comm in (self.neg, self.data):
+            try:
+                comm.Free()
+            except MPI.Exception:
+                pass
+
+
+def _nbytes(t: tuple) -> int:
+    return int(np.prod(t[2], dtype=np.int64)) * np.dtype(t[1]).itemsize
+
+
+def _params(kind: str, params: tuple) -> str:
+    if kind in ("allreduce", "reducescatter"):
+        op, pre, post = params
+        return op + (f" prescale {pre:g}" if pre != 1.0 else "") + (f" postscale {post:g}" if post != 1.0 else "")
+    if kind == "broadcast":
+        return f"root {params[0]}"
+    return repr(params)
+
+
+def _sides(descs: Dict[int, tuple], key: Callable[[tuple], Any], global_ranks: Sequence[int]) -> str:
+    groups: Dict[Any, List[int]] = {}
+    for r in sorted(descs):
+        groups.setdefault(str(key(descs[r])), []).append(global_ranks[r])
+    return "; ".join(f"{_ranks(rs)}: {v}" for v, rs in groups.items())
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    word = "rank" if len(ranks) == 1 else "ranks"
+    return f"{word} {','.join(map(str, ranks))}"

@@ -1,0 +1,108 @@
+"""Process sets: subsets of the job's ranks with their own negotiated collectives.
+
+Set 0 is every rank.  `add(ranks)` and `remove(id)` are collective over the whole job
+(every rank calls them, in the same order, as Horovod requires); a rank outside a set gets
+no communicator for it and a clear error when it tries to use it.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from mpi4py import MPI
+
+from . import runtime as _rt
+from .errors import DDLError, DDLInputError
+from .negotiation import Controller
+
+
+class Registry:
+    def __init__(self, rt: "_rt.Runtime"):
+        self.rt = rt
+        self.world = rt.world.Dup()  # process-set creation never interleaves with other traffic
+        self.ranks: Dict[int, List[int]] = {0: list(range(rt.size))}
+        self.controllers: Dict[int, Controller] = {0: self._controller(self.world, list(range(rt.size)), 0)}
+        self.next_id = 1
+
+    def _controller(self, comm: MPI.Comm, ranks: List[int], set_id: int) -> Controller:
+        env = self.rt.env
+        ctl = Controller(comm, ranks, self.rt.fusion_bytes, env.stall_warning_s, env.stall_shutdown_s,
+                         self.rt.timeline, set_id)
+        ctl.progress_all = self.progress
+        return ctl
+
+    def controller(self, set_id: int) -> Controller:
+        ctl = self.controllers.get(set_id)
+        if ctl is None:
+            ranks = self.ranks.get(set_id)
+            if ranks is None:
+                raise DDLInputError(f"process set {set_id} does not exist (removed, or never added)")
+            raise DDLInputError(f"rank {self.rt.rank} is not in process set {set_id} (ranks {ranks})")
+        return ctl
+
+    def find(self, ranks: Sequence[int]) -> Optional[int]:
+        for set_id, members in self.ranks.items():
+            if members == list(ranks):
+                return set_id
+        return None
+
+    def add(self, ranks: Sequence[int]) -> int:
+        ranks = sorted({int(r) for r in ranks})
+        bad = [r for r in ranks if not 0 <= r < self.rt.size]
+        if not ranks or bad:
+            raise DDLInputError(f"process set ranks {ranks}: every rank must be in 0..{self.rt.size - 1}")
+        # Every rank must pass the same ranks: agree first, so no rank is left inside Split.
+        everyone = self.world.allgather(ranks)
+        if any(r != ranks for r in everyone):
+            sides = "; ".join(f"rank {i}: {r}" for i, r in enumerate(everyone))
+            raise DDLError(f"add_process_set: ranks pass different rank lists: {sides}")
+        if self.find(ranks) is not None:
+            raise DDLInputError(f"a process set with ranks {ranks} exists already")
+        set_id = self.next_id
+        self.next_id += 1
+        member = self.rt.rank in ranks
+        comm = self.world.Split(0 if member else MPI.UNDEFINED, self.rt.rank)
+        self.ranks[set_id] = ranks
+        if member:
+            self.controllers[set_id] = self._controller(comm, ranks, set_id)
+            comm.Free()
+        return set_id
+
+    def remove(self, set_id: int) -> None:
+        if set_id == 0:
+            raise DDLInputError("the global process set (id 0) cannot be removed")
+        if set_id not in self.ranks:
+            raise DDLInputError(f"process set {set_id} does not exist")
+        self.world.Barrier()
+        ctl = self.controllers.pop(set_id, None)
+        del self.ranks[set_id]
+        if ctl is not None:
+            ctl.close()
+
+    def progress(self) -> None:
+        for ctl in list(self.controllers.values()):
+            ctl.progress()
+
+    def close(self) -> None:
+        for ctl in self.controllers.values():
+            ctl.close()
+        self.controllers.clear()
+        self.world.Free()
+
+
+_registry: Optional[Registry] = None
+
+
+def registry() -> Registry:
+    """The job's process sets (created on first use, after ddl_runtime.init())."""
+    global _registry
+    rt = _rt.current()
+    if _registry is None or _registry.rt is not rt:
+        _registry = Registry(rt)
+    return _registry
+
+
+def reset() -> None:
+    global _registry
+    if _registry is not None:
+        _registry.close()
+        _registry = None
