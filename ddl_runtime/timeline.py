@@ -52,8 +52,8 @@ class NullTimeline:
 class Timeline(NullTimeline):
     enabled = True
 
-    def __init__(self, path: str, rank: int, size: int, epoch_wall: float):
-        self.path = rank_path(path, rank)
+    def __init__(self, path: str, rank: int, size: int, epoch_wall: float, exact_path: bool = False):
+        self.path = path if exact_path else rank_path(path, rank)  # exact: this file, no rank suffix
         self.pid = rank
         directory = os.path.dirname(self.path)
         if directory:
