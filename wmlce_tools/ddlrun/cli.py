@@ -30,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
 EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
           "DDL_OPTIONS, DDL_GPU_BINDING, DDL_LAYOUT_GPUS, CUDA_VISIBLE_DEVICES (per-rank binding) and, with "
           "--emulate-nodes, DDL_EMULATE_NODES.  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
-          "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10).  "
+          "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), WML_HOROVOD=1 "
+          "(as --horovod).  "
           "Exit status: the first failing rank's.")
 
 
@@ -55,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra launcher arguments, split like a shell would (repeatable)")
     p.add_argument("--mpiexec", help="the mpiexec to use (default: $WML_MPIEXEC, else mpiexec on PATH)")
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace timeline (DDL_TIMELINE)")
+    p.add_argument("--horovod", action="store_true", help="run Horovod scripts unchanged: 'import horovod.torch' "
+                   "(.tensorflow, .tensorflow.keras, .keras) gives ddl_runtime's Horovod API (also WML_HOROVOD=1)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count); stop on failure")
@@ -64,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
     return p
+
+
+def _exports(a) -> tuple:
+    from .horovod import shim_exports, wanted
+
+    return shim_exports(a.exports, os.environ) if wanted(a.horovod, os.environ) else tuple(a.exports)
 
 
 def parse_args(argv: Sequence[str]):
@@ -95,7 +104,7 @@ def parse_args(argv: Sequence[str]):
                          ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
                          cores_per_rank=a.cores_per_rank, threads_per_core=a.threads_per_core,
                          site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,
-                         exports=tuple(a.exports), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
+                         exports=_exports(a), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
                          check=a.check, dry_run=a.dry_run, verbose=a.verbose)
 

@@ -1,0 +1,41 @@
+"""``ddlrun --horovod`` (or ``WML_HOROVOD=1``): Horovod scripts run unchanged.
+
+Every rank gets ddl_runtime's ``horovod`` alias package first on its ``PYTHONPATH`` (as a ``-x``
+export, so it reaches the ranks through the launcher, and the dry run shows it).  Off by
+default: without it ``import horovod`` finds whatever is installed, or nothing.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional, Sequence, Tuple
+
+from ..errors import WmlError
+
+ENV_SWITCH = "WML_HOROVOD"
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def wanted(flag: bool, env: Mapping[str, str]) -> bool:
+    """``--horovod`` or ``WML_HOROVOD=1`` (a site turns it on for every job with
+    ``environment: {WML_HOROVOD: "1"}`` in its profile)."""
+    value = env.get(ENV_SWITCH, "").strip().lower()
+    if value not in _ON + _OFF:
+        raise WmlError(f"{ENV_SWITCH}={env[ENV_SWITCH]!r} must be 1 or 0")
+    return flag or value in _ON
+
+
+def shim_exports(exports: Sequence[str], env: Mapping[str, str]) -> Tuple[str, ...]:
+    """``exports`` (``-x`` items) with ``PYTHONPATH`` led by the shim directory: the user's own
+    ``-x PYTHONPATH=...`` (else this environment's PYTHONPATH) follows it."""
+    from ddl_runtime.horovod.shim import SHIM_DIR
+
+    current: Optional[str] = env.get("PYTHONPATH")
+    kept = []
+    for item in exports:
+        key, eq, value = item.partition("=")
+        if key == "PYTHONPATH":
+            current = value if eq else env.get("PYTHONPATH")
+        else:
+            kept.append(item)
+    parts = [SHIM_DIR] + [p for p in (current or "").split(os.pathsep) if p and p != SHIM_DIR]
+    return (*kept, "PYTHONPATH=" + os.pathsep.join(parts))
