@@ -128,6 +128,8 @@ def run_cli(argv: Sequence[str]) -> int:
     from .plan import build_plan
 
     plan = build_plan(opts, os.environ)
+    for note in plan.notes:
+        sys.stderr.write(f"ddlrun: {note}\n")
     if opts.verbose:
         sys.stderr.write(_describe(plan))
     if opts.check:

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..errors import WmlError
@@ -79,6 +79,7 @@ class LaunchPlan:
     program: Tuple[str, ...]
     timeline: Optional[str]
     mpiargs: Tuple[str, ...]
+    notes: Tuple[str, ...] = ()          # lines ddlrun says before launching (e.g. fitted)
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -202,6 +203,29 @@ def _nodes_and_rpn(opts: DdlrunOptions, hosts: HostSet) -> Tuple[int, Optional[i
     return n_hosts, opts.np // n_hosts, hosts
 
 
+def _fit_to_slots(site: SiteProfile, req: ResourceRequest, layout: Layout, hosts: HostSet,
+                  opts: DdlrunOptions) -> Tuple[Layout, Optional[str]]:
+    """When the user asked for no rank count (neither -n nor --ranks-per-node) and the site's
+    default ranks per node exceed the slots the allocation gives a host (Slurm's
+    SLURM_TASKS_PER_NODE, LSF's hostfile, a hostfile's slots=N), place as many ranks per node
+    as every host has slots for; GPUs per rank follow from the fewer ranks.  Returns the
+    layout and the line that says so (None when nothing changed).  An explicit request that
+    does not fit stays an error (``_check_slots``)."""
+    if opts.np is not None or opts.ranks_per_node is not None or opts.oversubscribe or layout.emulated:
+        return layout, None
+    known = [s for s in hosts.slots if s is not None]
+    if not known or layout.ranks_per_node <= min(known):
+        return layout, None
+    rpn = min(known)
+    fitted = compile_layout(site, replace(req, ranks_per_node=rpn))
+    slots = f"{rpn} slot(s) per node" if len(set(known)) == 1 else f"at least {rpn} slot(s) on every node"
+    source = "SLURM_TASKS_PER_NODE" if hosts.source == "SLURM_JOB_NODELIST" else hosts.source
+    gpus = f", {fitted.gpus_per_rank} GPU(s) per rank" if fitted.node_spec.gpus else ""
+    return fitted, (f"fitted to the allocation: {fitted.size} ranks, {rpn} per node on {fitted.nodes} node(s)"
+                    f"{gpus} ({source} gives {slots}; {site.name} places {layout.ranks_per_node} per node); "
+                    f"-n or --ranks-per-node chooses")
+
+
 def _check_slots(layout: Layout, hosts: HostSet, oversubscribe: bool) -> None:
     if oversubscribe:
         return
@@ -260,6 +284,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
                           cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
     layout = compile_layout(site, req)
+    layout, fitted = _fit_to_slots(site, req, layout, hosts, opts)
     if (opts.emulate_nodes or 1) > 1 and not layout.emulated:
         raise WmlError(f"--emulate-nodes needs a site without a scheduler (like 'local'); {site.name} "
                        f"uses {site.scheduler}, whose nodes are real")
@@ -277,4 +302,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       master_addr=node_hosts[0], master_port=master_port(env),
                       output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
-                      program=opts.program, timeline=timeline, mpiargs=opts.mpiargs)
+                      program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
+                      notes=(fitted,) if fitted else ())
