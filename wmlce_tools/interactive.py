@@ -26,7 +26,9 @@ def interactive_directives(plan: JobPlan) -> list[str]:
     if sched == "slurm":
         d = [f"--nodes={lay.nodes}", f"--ntasks-per-node={lay.ranks_per_node}",
              f"--cpus-per-task={lay.cores_per_rank * lay.threads_per_core}", f"--time={hhmmss(wall)}",
-             f"--partition={plan.queue}", f"--job-name={req.job_name}"]
+             f"--{plan.site.slurm.queue_option}={plan.queue}", f"--job-name={req.job_name}"]
+        if plan.site.slurm.constraint:
+            d.append(f"--constraint={plan.site.slurm.constraint}")
         if lay.gpus_per_node:
             d.append(f"--gpus-per-node={lay.gpus_per_node}")
         if req.project:
@@ -38,6 +40,16 @@ def interactive_directives(plan: JobPlan) -> list[str]:
             d += ["-A", req.project]
         if plan.site.attrs:
             d += ["--attrs", plan.site.attrs]
+        return d
+    if sched == "pbs":
+        from .schedulers.pbs import resource_list
+
+        d = []
+        for res in resource_list(plan.site, lay.nodes, wall):
+            d += ["-l", res]
+        d += ["-q", plan.queue, "-N", req.job_name]
+        if req.project:
+            d += ["-A", req.project]
         return d
     raise WmlError(f"site {plan.site.name} has no scheduler to ask for an interactive allocation; "
                    "run your program with ddlrun directly")

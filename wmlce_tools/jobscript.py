@@ -29,7 +29,8 @@ from .site.schema import SiteProfile
 from .walltime import hhmm, hhmmss
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
-JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "local": "WML_JOB_ID"}
+JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
+               "local": "WML_JOB_ID"}
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,14 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
+def _pbs_resources(site: SiteProfile, nodes: int, minutes: int) -> List[str]:
+    if site.scheduler != "pbs":
+        return []
+    from .schedulers.pbs import resource_list
+
+    return resource_list(site, nodes, minutes)
+
+
 def render_script(plan: JobPlan) -> str:
     lay, site = plan.layout, plan.site
     wall = plan.walltime or 0
@@ -181,6 +190,7 @@ def render_script(plan: JobPlan) -> str:
         modules=plan.modules, env_lines=plan.env_lines,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
+        pbs_resources=_pbs_resources(site, lay.nodes, wall),
         launcher_line=sh_join(plan.launcher_argv),
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
     )

@@ -74,7 +74,7 @@ def test_site_validate_names_file_line_and_key(run_wml, tmp_path):
         """))
     err = one_line_error(run_wml("site", "validate", str(bad)))
     assert f"{bad}:7: node.cores_per_socket:" in err
-    bad.write_text("name: x\nscheduler: pbs\n")
+    bad.write_text("name: x\nscheduler: sge\n")
     assert f"{bad}:2: scheduler:" in one_line_error(run_wml("site", "validate", str(bad)))
     bad.write_text("name: [unclosed\n")
     assert "invalid YAML" in one_line_error(run_wml("site", "validate", str(bad)))

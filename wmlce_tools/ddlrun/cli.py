@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(default: from LSF/Slurm/Cobalt, else this machine)")
     hosts.add_argument("--hostfile", help="file with one host per line (host, host:N or host slots=N)")
     p.add_argument("-n", "-np", "--np", dest="np", type=int, help="ranks in all (default: ranks per node x hosts)")
-    p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: GPUs per node, or 1)")
+    p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: GPUs per node, or 1; "
+                   "fewer when the allocation gives each node fewer slots, said in one line)")
     p.add_argument("--gpus-per-rank", type=int, help="GPUs per rank (default: GPUs per node / ranks per node)")
     p.add_argument("--cores-per-rank", type=int, help="cores per rank (default: fair share)")
     p.add_argument("--threads-per-core", type=int, help="hardware threads per core (SMT level)")

@@ -10,6 +10,8 @@ LSF's LSB_DJOB_HOSTFILE), then the scheduler's variables:
 - Slurm: ``SLURM_JOB_NODELIST`` (hostlist syntax) with ``SLURM_TASKS_PER_NODE`` as slots.
 - Cobalt: ``COBALT_NODEFILE`` else ``COBALT_PARTNAME`` (node ids ``3820-3823,3900`` ->
   ``nid03820``...), at most ``COBALT_JOBSIZE`` hosts.
+- PBS Pro: ``PBS_NODEFILE`` (one line per chunk, a node listed again for each MPI slot it
+  was given: the distinct hosts in order; slots are left to the layout).
 - else this machine (``localhost``).
 """
 from __future__ import annotations
@@ -185,6 +187,14 @@ def cobalt_hosts(env: Mapping[str, str]) -> HostSet:
     return hs
 
 
+def pbs_hosts(env: Mapping[str, str]) -> HostSet:
+    path = env.get("PBS_NODEFILE", "")
+    if not os.path.exists(path):
+        raise WmlError(f"PBS_NODEFILE={path!r}: no such file (is this shell inside the PBS job?)")
+    hs = read_hostfile(path)
+    return HostSet(hs.hosts, (None,) * len(hs.hosts), "PBS_NODEFILE")
+
+
 def localhost(cores: Optional[int] = None) -> HostSet:
     return HostSet((LOCALHOST,), (cores,), "this machine")
 
@@ -197,4 +207,6 @@ def discover_hosts(env: Mapping[str, str] = os.environ) -> HostSet:
         return slurm_hosts(env)
     if env.get("COBALT_NODEFILE") or env.get("COBALT_PARTNAME"):
         return cobalt_hosts(env)
+    if env.get("PBS_NODEFILE"):
+        return pbs_hosts(env)
     return localhost()

@@ -22,7 +22,7 @@ from ..site.schema import SiteProfile
 from .hosts import HostSet, discover_hosts, localhost, parse_host_option, read_hostfile
 from .rankfile import placement_file
 
-JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "WML_JOB_ID")
+JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
 SHIM_MODULE = "wmlce_tools.ddlrun.rankexec"
 
@@ -30,6 +30,7 @@ LAUNCHER_HINTS = {
     "jsrun": "are you inside an LSF allocation on {site}? (bsub -Is or a batch job)",
     "srun": "are you inside a Slurm allocation on {site}? (salloc or sbatch)",
     "aprun": "are you on a MOM node inside a Cobalt job on {site}?",
+    "pals": "are you inside a PBS job on {site}? (qsub -I or a batch job)",
     "mpiexec": "install an MPI (pip install mpich, or apt-get install openmpi-bin) or pass --mpiexec PATH",
 }
 
@@ -85,13 +86,13 @@ class LaunchPlan:
         lay = self.layout
         node_lists = []
         for n in range(lay.nodes):
-            node_lists.append(";".join(",".join(map(str, r.gpus)) for r in lay.on_node(n)))
+            node_lists.append(";".join(",".join(map(str, self.device_ids(r.gpus))) for r in lay.on_node(n)))
         if len(set(node_lists)) == 1:
             node_lists = node_lists[:1]
         binding = self.site.gpu_binding if lay.node_spec.gpus > 0 else "none"
         argv = [sys.executable, "-m", SHIM_MODULE, "--size", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
-                "--gpus", "|".join(node_lists), "--mode", self.mode,
+                "--gpus", "|".join(node_lists), "--gpu-env", self.site.gpu_env, "--mode", self.mode,
                 "--master", f"{self.master_addr}:{self.master_port}"]
         if lay.emulated:
             argv += ["--emulate-nodes", str(lay.nodes)]
@@ -101,6 +102,12 @@ class LaunchPlan:
         if report:
             argv += ["--report", report]
         return argv + ["--", *self.program]
+
+    def device_ids(self, gpus) -> Tuple[int, ...]:
+        """Layout GPU numbers -> the device ids the node's driver uses (``node.gpu_order``:
+        Polaris gives local rank 0 GPU 3, the one closest to its cores)."""
+        order = self.site.node.gpu_order
+        return tuple(order[g] if g < len(order) else g for g in gpus)
 
     def launcher_env(self, base: Mapping[str, str]) -> Dict[str, str]:
         """The launcher's own environment: ``base`` plus the -x variables, so launchers that
@@ -114,7 +121,7 @@ class LaunchPlan:
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
                             env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path)
         argv = launch_command(self.layout, ctx, self.shim_argv(report))
-        if self.launcher_exe and self.site.launcher == "mpiexec":
+        if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
             argv[0] = self.launcher_exe
         return argv
 
@@ -251,8 +258,8 @@ def _check_program(program: Tuple[str, ...]) -> None:
 
 def _launcher(site: SiteProfile, opts: DdlrunOptions, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str]]:
     """(resolved launcher path or None, MPI flavor for mpiexec)."""
-    name = site.launcher
-    if name == "mpiexec":
+    name = "mpiexec" if site.launcher == "pals" else site.launcher   # PALS's launcher is mpiexec
+    if site.launcher == "mpiexec":
         name = opts.mpiexec or env.get("WML_MPIEXEC") or "mpiexec"
     exe = shutil.which(name)
     if exe is None:

@@ -60,6 +60,7 @@ class RankSettings:
     master_port: int
     emulate_nodes: Optional[int] = None
     timeline: Optional[str] = None
+    gpu_env: str = "CUDA_VISIBLE_DEVICES"         # per-rank binding: the variable that narrows GPUs
 
 
 def parse_gpus(text: str) -> Tuple[Tuple[Tuple[int, ...], ...], ...]:
@@ -111,7 +112,7 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
     if s.binding != "none":
         mine = gpus_here[local]
         if s.binding == "per-rank":
-            out["CUDA_VISIBLE_DEVICES"] = _visible_for(mine, env.get("CUDA_VISIBLE_DEVICES"), rank)
+            out[s.gpu_env] = _visible_for(mine, env.get(s.gpu_env), rank, s.gpu_env)
         out["DDL_GPU_BINDING"] = s.binding
         out["DDL_LAYOUT_GPUS"] = _gpu_text(gpus_here)
     out["DDL_OPTIONS"] = _merge_ddl_options(env.get("DDL_OPTIONS", ""), s.mode)
@@ -130,8 +131,9 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
     return out
 
 
-def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int) -> str:
-    """CUDA_VISIBLE_DEVICES for a rank whose Layout GPUs are ``mine`` (indices on the node)."""
+def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int, var: str = "CUDA_VISIBLE_DEVICES") -> str:
+    """CUDA_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK) for a rank whose Layout
+    GPUs are ``mine`` (indices on the node)."""
     if outer is None:
         return ",".join(map(str, mine))
     visible = [v.strip() for v in outer.split(",") if v.strip()]
@@ -140,7 +142,7 @@ def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int) -> str:
     try:
         return ",".join(visible[g] for g in mine)
     except IndexError:
-        raise ShimError(f"rank {rank}: the layout gives it GPU(s) {list(mine)} but CUDA_VISIBLE_DEVICES="
+        raise ShimError(f"rank {rank}: the layout gives it GPU(s) {list(mine)} but {var}="
                         f"{outer!r} shows {len(visible)}") from None
 
 
@@ -201,6 +203,8 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     p.add_argument("--ranks-per-node", type=int, required=True)
     p.add_argument("--binding", choices=("per-rank", "local-rank", "none"), required=True)
     p.add_argument("--gpus", default="")
+    p.add_argument("--gpu-env", default="CUDA_VISIBLE_DEVICES",
+                   choices=("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"))
     p.add_argument("--mode", required=True)
     p.add_argument("--master", required=True)
     p.add_argument("--emulate-nodes", type=int)
@@ -213,7 +217,7 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
     addr, _, port = a.master.rpartition(":")
     s = RankSettings(size=a.size, ranks_per_node=a.ranks_per_node, binding=a.binding,
                      node_gpus=parse_gpus(a.gpus), mode=a.mode, master_addr=addr, master_port=int(port),
-                     emulate_nodes=a.emulate_nodes, timeline=a.timeline)
+                     emulate_nodes=a.emulate_nodes, timeline=a.timeline, gpu_env=a.gpu_env)
     return s, a.output, a.report, program
 
 

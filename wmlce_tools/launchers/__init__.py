@@ -42,4 +42,4 @@ def names() -> List[str]:
     return sorted(_REGISTRY)
 
 
-from . import aprun, jsrun, mpiexec, srun  # noqa: E402,F401  (register themselves)
+from . import aprun, jsrun, mpiexec, pals, srun  # noqa: E402,F401  (register themselves)

@@ -139,4 +139,4 @@ def names() -> List[str]:
     return sorted(_REGISTRY)
 
 
-from . import cobalt, local, lsf, slurm  # noqa: E402,F401  (register themselves)
+from . import cobalt, local, lsf, pbs, slurm  # noqa: E402,F401  (register themselves)

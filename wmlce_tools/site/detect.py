@@ -17,6 +17,7 @@ SCHEDULER_VARS = {
     "lsf": ("LSB_JOBID", "LSF_BINDIR", "LSF_ENVDIR"),
     "slurm": ("SLURM_JOB_ID", "SLURM_CLUSTER_NAME", "SLURM_CONF"),
     "cobalt": ("COBALT_JOBID", "COBALT_PARTNAME"),
+    "pbs": ("PBS_JOBID", "PBS_NODEFILE"),
 }
 
 

@@ -45,6 +45,12 @@ class NodeSpec(_Strict):
     gpus_per_socket: Annotated[NonNegativeInt, Meta(description="GPUs attached to each socket")] = 0
     memory_gb: Annotated[Optional[Annotated[float, Meta(gt=0)]], Meta(description="memory per node in GB")] = None
     detect: Annotated[bool, Meta(description="detect cores and GPUs on this machine at load time (the local site)")] = False
+    reserved_cores_per_socket: Annotated[NonNegativeInt, Meta(description="leading cores of each socket kept by the system and not counted in cores_per_socket (Aurora: cores 0 and 52); CPU bind lists skip them")] = 0
+    gpu_order: Annotated[List[NonNegativeInt], Meta(description="device ids in the order local ranks take them (Polaris: [3, 2, 1, 0], as ALCF's set_affinity_gpu_polaris.sh); default 0, 1, 2, ...")] = []
+
+    def __post_init__(self) -> None:
+        if self.gpu_order and sorted(self.gpu_order) != list(range(self.sockets * self.gpus_per_socket)):
+            raise ValueError(f"gpu_order {self.gpu_order} must list each of the node's {self.sockets * self.gpus_per_socket} GPU ids once")
 
     @property
     def cores(self) -> int:
@@ -100,12 +106,28 @@ class LauncherOptions(_Strict):
     extra_args: Annotated[List[str], Meta(description="appended to every launch line")] = []
 
 
+class PbsOptions(_Strict):
+    """PBS Pro resources every job of the site asks for (ALCF: ``-l select=N:system=polaris``,
+    ``-l place=scatter``, ``-l filesystems=home:eagle``)."""
+
+    select: Annotated[List[str], Meta(description="chunk resources appended to select=N (e.g. system=polaris)")] = []
+    place: Annotated[str, Meta(description="-l place= (scatter: one chunk per node)")] = "scatter"
+    filesystems: Annotated[Optional[str], Meta(description="-l filesystems= (ALCF: the file systems the job needs, e.g. home:eagle)")] = None
+
+
+class SlurmOptions(_Strict):
+    """Site-specific sbatch needs (NERSC Perlmutter: ``-C gpu``, ``-q regular``)."""
+
+    constraint: Annotated[Optional[str], Meta(description="#SBATCH --constraint (Perlmutter: gpu)")] = None
+    queue_option: Annotated[Literal["partition", "qos"], Meta(description="whether --queue names a partition or a QOS (Perlmutter: qos)")] = "partition"
+
+
 class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
     name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-    scheduler: Literal["lsf", "cobalt", "slurm", "local"]
-    launcher: Literal["jsrun", "aprun", "srun", "mpiexec"]
+    scheduler: Literal["lsf", "cobalt", "slurm", "pbs", "local"]
+    launcher: Literal["jsrun", "aprun", "srun", "mpiexec", "pals"]
     platform: Literal["linux-64", "linux-ppc64le", "linux-aarch64", "osx-64", "osx-arm64"]
     node: NodeSpec
     total_nodes: Annotated[PositiveInt, Meta(description="nodes in the machine")]
@@ -120,6 +142,9 @@ class SiteProfile(_Strict):
     alloc_flags: Annotated[Optional[str], Meta(description="LSF #BSUB -alloc_flags (e.g. smt4)")] = None
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
     launcher_options: LauncherOptions = LauncherOptions()
+    gpu_env: Annotated[Literal["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"], Meta(description="variable that narrows a rank to its GPUs with per-rank binding (Frontier: ROCR_VISIBLE_DEVICES, Aurora: ZE_AFFINITY_MASK)")] = "CUDA_VISIBLE_DEVICES"
+    pbs: PbsOptions = PbsOptions()
+    slurm: SlurmOptions = SlurmOptions()
     detect: DetectSpec = DetectSpec()
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
