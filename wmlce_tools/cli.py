@@ -97,7 +97,13 @@ Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to
 Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
 After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
 RackContiguous = Annotated[bool, typer.Option("--rack-contiguous", help="LSF expert mode: nodes in as few racks as possible.")]
+Horovod = Annotated[bool, typer.Option("--horovod", help="Run a Horovod script unchanged: 'import horovod.torch' (.tensorflow, .keras) gives ddl_runtime's Horovod API (exports WML_HOROVOD=1 for ddlrun).")]
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
+
+
+def _horovod_exports(export, horovod: bool):
+    """--horovod: the job script exports WML_HOROVOD=1, which turns on ddlrun --horovod."""
+    return [*(export or []), "WML_HOROVOD=1"] if horovod else export
 
 
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
@@ -121,7 +127,7 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
-def render(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
+def render(program: Program, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
            gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
@@ -130,13 +136,14 @@ def render(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node
     """Print the job script for PROGRAM on a site (writes and submits nothing)."""
     from .jobscript import render_script
 
+    export = _horovod_exports(export, horovod)
     plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                  queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
     sys.stdout.write(render_script(plan))
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
-def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
+def submit(program: Program, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
            gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
@@ -153,6 +160,7 @@ def submit(program: Program, site: Site = None, nodes: Nodes = 1, ranks_per_node
     from .jobscript import render_script
     from .submit import submit as do_submit, submit_command_text
 
+    export = _horovod_exports(export, horovod)
     plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                  queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
     if interactive:
