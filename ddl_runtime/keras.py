@@ -1,4 +1,4 @@
-"""Keras 3 integration (``KERAS_BACKEND=torch``): WML CE DDL's two callbacks, and more.
+"""Keras 3 integration (torch or TensorFlow backend): WML CE DDL's two callbacks, and more.
 
 Written the way the WML CE tf.keras examples used DDL::
 
@@ -11,42 +11,53 @@ Written the way the WML CE tf.keras examples used DDL::
 - :class:`DDLCallback` (first in the list): makes the compiled optimizer average gradients over
   all ranks (unless it already does), checks that every rank runs the same number of steps per
   epoch, and replaces the epoch's metrics (``logs``) with their mean over ranks, so History,
-  the progress bar and later callbacks see global figures.
-- :class:`DDLGlobalVariablesCallback` (last in the list): broadcasts rank 0's weights (and
-  optimizer variables) when training starts, after the other callbacks had their say (a
+  the progress bar and later callbacks see global figures.  On the TensorFlow backend it also
+  turns XLA off for the train step when Keras compiled it with ``jit_compile`` (the gradient
+  allreduce cannot run inside XLA; one notice line on rank 0).
+- :class:`DDLGlobalVariablesCallback` (last in the list): builds the optimizer's variables if
+  Keras has not yet (it creates them lazily at the first step) and broadcasts rank 0's weights
+  and optimizer variables when training starts, after the other callbacks had their say (a
   checkpoint restored on rank 0 reaches every rank).
 - :func:`DistributedOptimizer`: the gradient averaging itself, for use without the callbacks.
 
-Needs the torch backend: importing this module sets ``KERAS_BACKEND=torch`` when Keras has not
-been imported yet and the variable is unset.
+Works on whichever backend Keras was loaded with.  When Keras has not been imported yet and
+``KERAS_BACKEND`` is unset, importing this module picks ``torch`` (wml's default), or
+``tensorflow`` when TensorFlow is already imported and torch is not, or when only TensorFlow
+is installed.  On the TensorFlow backend gradients go through ``ddl_runtime.tensorflow``
+(inside the traced train step); on torch through the runtime's numpy/torch path.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from typing import Any, Dict, List, Optional, Sequence
+import sys
+from typing import Any, Dict, List, Sequence
 
-os.environ.setdefault("KERAS_BACKEND", "torch")
+
+def _default_backend() -> None:
+    if "keras" in sys.modules or os.environ.get("KERAS_BACKEND"):
+        return  # Keras already chose (or the user did)
+    tf_loaded, torch_loaded = "tensorflow" in sys.modules, "torch" in sys.modules
+    if tf_loaded and not torch_loaded:
+        backend = "tensorflow"
+    elif importlib.util.find_spec("torch") is None and importlib.util.find_spec("tensorflow") is not None:
+        backend = "tensorflow"
+    else:
+        backend = "torch"
+    os.environ["KERAS_BACKEND"] = backend
+
+
+_default_backend()
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 import keras  # noqa: E402
 
 import ddl_runtime as _ddl  # noqa: E402
-from ddl_runtime.errors import DDLError  # noqa: E402
-from ddl_runtime.torch import (  # noqa: E402
-    _InputError,
-    _MismatchError,
-    _as_tensor_result,
-    _check_consistent,
-    _gather_rows,
-    init,
-    is_root,
-    rank,
-    scale_lr,
-    size,
-)
+from ddl_runtime.buffers import SUPPORTED_DTYPES  # noqa: E402
+from ddl_runtime.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
+from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
 
 __all__ = [
     "init",
@@ -61,14 +72,43 @@ __all__ = [
     "weights_max_divergence",
 ]
 
+_BACKENDS = ("torch", "tensorflow")
 
-def _require_torch_backend() -> None:
+
+def init() -> None:
+    """Initialise the runtime (idempotent)."""
+    if not _ddl.is_initialized():
+        _ddl.init()
+
+
+def rank() -> int:
+    init()
+    return _ddl.rank()
+
+
+def size() -> int:
+    init()
+    return _ddl.size()
+
+
+def is_root(root_rank: int = 0) -> bool:
+    return rank() == root_rank
+
+
+def scale_lr(lr: float) -> float:
+    """The learning rate for ``size()`` learners: ``lr * size()`` (DDL's linear scaling rule)."""
+    init()
+    return _ddl.scale_lr(lr)
+
+
+def _backend() -> str:
     backend = keras.backend.backend()
-    if backend != "torch":
+    if backend not in _BACKENDS:
         raise DDLError(
-            f"ddl_runtime.keras needs the torch Keras backend, but KERAS_BACKEND is {backend!r}: "
-            f"set KERAS_BACKEND=torch before Keras is imported"
+            f"ddl_runtime.keras supports the torch and tensorflow Keras backends, but KERAS_BACKEND is {backend!r}: "
+            f"set KERAS_BACKEND=torch or tensorflow before Keras is imported"
         )
+    return backend
 
 
 def _var_name(v: Any, i: int) -> str:
@@ -87,9 +127,9 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int = 0, what: str 
     """Assign the root's values to ``variables`` (Keras variables) on every rank.
 
     Paths, shapes and dtypes are compared across ranks first; a mismatch raises a DDLError
-    naming the variable on every rank.  One broadcast per dtype.
+    naming the variable on every rank.  One broadcast per dtype (eager, either backend).
     """
-    _require_torch_backend()
+    _backend()
     init()
     variables = list(variables)
     _check_consistent(what, [_var_name(v, i) for i, v in enumerate(variables)],
@@ -101,25 +141,32 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int = 0, what: str 
         by_dtype.setdefault(str(v.dtype), []).append(v)
     for dtype in sorted(by_dtype):
         group = by_dtype[dtype]
-        values = [torch.as_tensor(keras.ops.convert_to_numpy(v.value)).reshape(-1) for v in group]
-        flat = torch.cat(values).contiguous()
-        if flat.numel() == 0:
+        values = [np.asarray(keras.ops.convert_to_numpy(v.value)) for v in group]
+        flat = np.concatenate([a.reshape(-1) for a in values]) if values else np.zeros(0)
+        if flat.size == 0:
             continue
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        result = _ddl.bcast(flat, root=root_rank)
-        if result is not None and result is not flat:
-            flat = _as_tensor_result(result, flat)
+        _bcast_any(flat, root_rank, f"{what}s of dtype {dtype}")
         offset = 0
-        for v in group:
-            n = int(np.prod(v.shape)) if len(v.shape) else 1
-            v.assign(flat[offset:offset + n].reshape(tuple(v.shape)).numpy().astype(v.dtype))
-            offset += n
+        for v, a in zip(group, values):
+            v.assign(flat[offset:offset + a.size].reshape(a.shape))
+            offset += a.size
+
+
+def _bcast_any(flat: np.ndarray, root: int, name: str) -> None:
+    """Broadcast a 1-D array in place; dtypes the runtime does not reduce (e.g. bool) travel as padded bytes."""
+    if flat.dtype.name in SUPPORTED_DTYPES:
+        _ddl.bcast(flat, root=root, name=name)
+        return
+    raw = flat.view(np.uint8)
+    padded = np.zeros(-(-raw.size // 8) * 8, dtype=np.uint8)
+    padded[:raw.size] = raw
+    _ddl.bcast(padded.view(np.int64), root=root, name=name)
+    raw[:] = padded[:raw.size]
 
 
 def weights_max_divergence(model: "keras.Model") -> float:
     """Largest element-wise difference of the model's weights between any two ranks (0.0 = identical)."""
-    _require_torch_backend()
+    _backend()
     init()
     weights = list(model.weights)
     _check_consistent("variable", [_var_name(v, i) for i, v in enumerate(weights)],
@@ -158,6 +205,35 @@ def _average_gradients(grads: List[Any], variables: List[Any], op: str, check: b
     names = [_var_name(v, i) for i, v in enumerate(variables)]
     if len(names) != len(grads):
         raise _InputError(f"DistributedOptimizer: {len(grads)} gradients for {len(names)} variables")
+    if _backend() == "tensorflow":
+        return _average_gradients_tf(grads, names, op)
+    return _average_gradients_torch(grads, variables, names, op, check)
+
+
+def _average_gradients_tf(grads: List[Any], names: List[str], op: str) -> List[Any]:
+    """TensorFlow backend: one fused allreduce_n of the present gradients, inside the traced step.
+
+    No cross-rank check here: this runs while tf.function traces, and a rank may retrace when
+    another does not.  The collective's own signature agreement catches ranks whose variables
+    (names, shapes, dtypes) or None gradients differ, and names the tensor.
+    """
+    import tensorflow as tf
+
+    from ddl_runtime import tensorflow as ddl_tf
+
+    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = [tf.convert_to_tensor(grads[i]) for i in present]
+    reduced = ddl_tf.allreduce_n(dense, op=op, names=[f"grad:{names[i]}" for i in present])
+    out: List[Any] = [None] * len(grads)
+    for i, r in zip(present, reduced):
+        out[i] = r
+    return out
+
+
+def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List[str], op: str,
+                             check: bool) -> List[Any]:
+    import torch
+
     if check:  # once: every rank trains the same variables
         _check_consistent("trainable variable", names, [_describe_var(v) for v in variables])
     tensors: List[torch.Tensor] = []
@@ -172,9 +248,8 @@ def _average_gradients(grads: List[Any], variables: List[Any], op: str, check: b
             tensors.append(t.contiguous())
     dtype = next((t.dtype for t, p in zip(tensors, present) if p), torch.float32)
     flags = torch.tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
-    out = _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
-    results = list(out) if out is not None else tensors + [flags]
-    reduced_flags = _as_tensor_result(results[-1], flags).to(torch.float64)
+    _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
+    reduced_flags = flags.to(torch.float64)  # reduced in place, like the gradients
     if op == "sum":
         reduced_flags = reduced_flags / size()
     averaged: List[Any] = []
@@ -187,8 +262,7 @@ def _average_gradients(grads: List[Any], variables: List[Any], op: str, check: b
             problems.append(name)
             averaged.append(None)
         else:
-            r = results[i]
-            averaged.append(r if isinstance(r, torch.Tensor) else _as_tensor_result(r, tensors[i]))
+            averaged.append(tensors[i])
     if problems:
         raise _MismatchError(
             f"DistributedOptimizer: gradient is None on some ranks only for variable {problems[0]!r}"
@@ -204,7 +278,7 @@ def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", op: str = "avg
     Changes ``optimizer`` in place (its class becomes a subclass of its own class with the same
     name, so saving a model still records the original optimizer) and returns it.
     """
-    _require_torch_backend()
+    _backend()
     if op not in ("avg", "sum"):
         raise _InputError(f"DistributedOptimizer: op={op!r}; expected 'avg' or 'sum'")
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -235,7 +309,7 @@ class DDLCallback(keras.callbacks.Callback):
 
     def __init__(self, op: str = "avg") -> None:
         super().__init__()
-        _require_torch_backend()
+        _backend()
         init()
         self.op = op
 
@@ -244,6 +318,8 @@ class DDLCallback(keras.callbacks.Callback):
         if model.optimizer is None:
             raise _InputError("DDLCallback: the model has no optimizer; call model.compile(optimizer=...) first")
         DistributedOptimizer(model.optimizer, op=self.op)
+        if _backend() == "tensorflow":
+            _prepare_tf_train_step(model)
         params = self.params or {}
         steps, epochs = params.get("steps"), params.get("epochs")
         if size() > 1:
@@ -284,15 +360,54 @@ class DDLGlobalVariablesCallback(keras.callbacks.Callback):
 
     def __init__(self, root_rank: int = 0) -> None:
         super().__init__()
-        _require_torch_backend()
+        _backend()
         init()
         self.root_rank = root_rank
 
     def on_train_begin(self, logs=None):
         broadcast_variables(self.model.weights, root_rank=self.root_rank, what="model variable")
         opt = self.model.optimizer
-        if opt is not None and getattr(opt, "built", False):
+        if opt is not None:
+            if not getattr(opt, "built", False):
+                # Keras creates optimizer variables lazily at the first step; build them now so
+                # that the root's values (e.g. restored from a checkpoint) reach every rank.
+                opt.build(self.model.trainable_variables)
             broadcast_variables(opt.variables, root_rank=self.root_rank, what="optimizer variable")
+
+
+def _prepare_tf_train_step(model: "keras.Model") -> None:
+    """TensorFlow backend: the train step must not be XLA-compiled, and DDL errors raised while it
+    runs come back as themselves instead of as a tf.errors.OpError carrying their text."""
+    import tensorflow as tf
+
+    from ddl_runtime import tensorflow as ddl_tf
+
+    # Every rank must train the same variables: checked here, eagerly (not while tracing).
+    variables = list(model.trainable_variables)
+    _check_consistent("trainable variable", [_var_name(v, i) for i, v in enumerate(variables)],
+                      [_describe_var(v) for v in variables])
+    if getattr(model, "jit_compile", False):
+        model.jit_compile = False
+        model.make_train_function(force=True)
+        if rank() == 0:
+            print("ddl_runtime.keras: turned off XLA (jit_compile) for the train step: the gradient allreduce "
+                  "cannot run inside XLA", file=sys.stderr, flush=True)
+    fn = model.make_train_function()
+    fn = model.train_function if fn is None else fn
+    if fn is None or getattr(fn, "_ddl_translates_errors", False):
+        return
+
+    def train_function(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except tf.errors.OpError:
+            err = ddl_tf.take_error()
+            if err is None:
+                raise
+        raise err
+
+    train_function._ddl_translates_errors = True
+    model.train_function = train_function
 
 
 def _is_number(v: Any) -> bool:
@@ -300,6 +415,7 @@ def _is_number(v: Any) -> bool:
         return False
     if isinstance(v, (int, float, np.floating, np.integer)):
         return True
-    if isinstance(v, (np.ndarray, torch.Tensor)) and getattr(v, "ndim", 1) == 0:
+    torch = sys.modules.get("torch")
+    if (isinstance(v, np.ndarray) or (torch is not None and isinstance(v, torch.Tensor))) and v.ndim == 0:
         return True
     return False

@@ -34,7 +34,6 @@ message carries the one-line DDL error; :func:`last_error` returns the DDL excep
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
@@ -48,10 +47,10 @@ __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "barrier", "allreduce", "allreduce_n", "allreduce_n_async", "bcast", "bcast_n", "allgather",
     "DistributedGradientTape", "broadcast_variables", "DistributedOptimizer", "shard", "scale_lr",
-    "last_error", "DDLError", "DDLInputError", "DDLMismatchError",
+    "last_error", "take_error", "DDLError", "DDLInputError", "DDLMismatchError",
 ]
 
-_state = threading.local()
+_errors: List[DDLError] = []  # raised inside numpy_function (which runs on a TensorFlow thread)
 
 
 # -- basics ---------------------------------------------------------------------------------
@@ -118,8 +117,15 @@ def scale_lr(lr: float) -> float:
 
 
 def last_error() -> Optional[DDLError]:
-    """The DDLError that the last failing collective on this thread raised inside a tf.function, if any."""
-    return getattr(_state, "error", None)
+    """The DDLError that the last failing collective raised inside a tf.function, if any."""
+    return _errors[-1] if _errors else None
+
+
+def take_error() -> Optional[DDLError]:
+    """last_error(), and forget it (so a later, unrelated TensorFlow error is not mistaken for it)."""
+    err = last_error()
+    _errors.clear()
+    return err
 
 
 # -- validation and conversion --------------------------------------------------------------
@@ -193,7 +199,7 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
         try:
             outs = core([np.array(a, copy=True, order="C") for a in arrays])
         except DDLError as exc:
-            _state.error = exc
+            _errors[:] = [exc]
             raise
         return [np.asarray(o) for o in outs]
 
