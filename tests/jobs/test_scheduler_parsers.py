@@ -78,6 +78,19 @@ STATUS_CASES = [
     ("cobalt", "cobalt/qstat-default-running", "parse_status", (R, None)),
     ("cobalt", "cobalt/qstat-l-queued", "parse_status", (P, None)),
     ("cobalt", "cobalt/qstat-f-finished", "parse_status", None),
+    ("pbs", "pbs/qstat-xf-json-queued", "parse_status", (P, None)),
+    ("pbs", "pbs/qstat-xf-json-held-depend", "parse_status", (P, None)),
+    ("pbs", "pbs/qstat-xf-json-running", "parse_status", (R, None)),
+    ("pbs", "pbs/qstat-xf-json-raw-tab", "parse_status", (R, None)),
+    ("pbs", "pbs/qstat-xf-json-exiting", "parse_status", (R, None)),
+    ("pbs", "pbs/qstat-xf-json-finished-ok", "parse_status", (C, 0)),
+    ("pbs", "pbs/qstat-xf-json-finished-failed", "parse_status", (F, 3)),
+    ("pbs", "pbs/qstat-xf-json-bad-escape", "parse_status", (F, 3)),
+    ("pbs", "pbs/qstat-xf-json-walltime", "parse_status", (T, None)),
+    ("pbs", "pbs/qstat-xf-json-killed-sigterm-walltime", "parse_status", (T, 143)),
+    ("pbs", "pbs/qstat-xf-json-qdel-running", "parse_status", (X, 143)),
+    ("pbs", "pbs/qstat-xf-json-qdel-queued", "parse_status", (X, None)),
+    ("pbs", "pbs/qstat-unknown", "parse_status", None),
 ]
 
 
@@ -100,6 +113,9 @@ CANCEL_CASES = [
     ("lsf", "lsf/bkill-no-matching", CANCEL_UNKNOWN),
     ("cobalt", "cobalt/qdel-deleted", CANCEL_REQUESTED),
     ("cobalt", "cobalt/qdel-not-found", CANCEL_UNKNOWN),
+    ("pbs", "pbs/qdel-running", CANCEL_REQUESTED),
+    ("pbs", "pbs/qdel-finished", CANCEL_FINISHED),
+    ("pbs", "pbs/qdel-unknown", CANCEL_UNKNOWN),
 ]
 
 
@@ -123,6 +139,7 @@ SUBMIT_CASES = {
     "lsf/bsub-reply-queue": ("lsf", "701107"),
     "cobalt/qsub-reply": ("cobalt", "351457"),
     "cobalt/qsub-reply-routed": ("cobalt", "351457"),
+    "pbs/qsub-reply": ("pbs", "1234567.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"),
 }
 
 
@@ -138,6 +155,7 @@ DOWN_CASES = [
     ("lsf", "lsf/bjobs-lsf-down", "parse_status", "LSF is down"),
     ("cobalt", "cobalt/qstat-no-queue-manager", "parse_status", "Failed to connect to queue manager"),
     ("slurm", "slurm/scancel-controller-down", "parse_cancel", "Unable to contact slurm controller"),
+    ("pbs", "pbs/qstat-server-down", "parse_status", "cannot connect to server"),
 ]
 OTHER_SAMPLES = [c[1] for c in DOWN_CASES] + [
     "slurm/sbatch-controller-down", "slurm/sbatch-invalid-partition",
