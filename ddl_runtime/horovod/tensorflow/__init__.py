@@ -1,0 +1,58 @@
+"""``horovod.tensorflow`` on ddl_runtime (TensorFlow 2, eager and ``tf.function``).
+
+    import horovod.tensorflow as hvd        # under ddlrun --horovod; or ddl_runtime.horovod.tensorflow
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    if first_batch:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        hvd.broadcast_variables(opt.variables, root_rank=0)
+
+Collectives: :mod:`.mpi_ops` (the negotiated engine horovod.torch uses too).  Keras 3:
+``horovod.tensorflow.keras``.  TensorFlow 1 graph-mode helpers (``broadcast_global_variables``,
+``BroadcastGlobalVariablesHook``, TF1 optimizers) are not supported: TensorFlow 2.16+ with
+Keras 3 has no global variable collection.
+"""
+from ddl_runtime.errors import DDLInputError as _DDLInputError
+
+from ..common import *  # noqa: F401,F403  (init, shutdown, rank, size, ..., Average, Sum, ProcessSet, ...)
+from .compression import Compression  # noqa: F401
+from .functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables  # noqa: F401
+from .gradient_tape import DistributedGradientTape  # noqa: F401
+from .mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast, broadcast_, grouped_allgather,  # noqa: F401
+                      grouped_allreduce, grouped_reducescatter, join, reducescatter)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='', device_sparse='',
+                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,  # noqa: F405
+                         num_groups=0, groups=None, process_set=global_process_set,  # noqa: F405
+                         scale_local_gradients=True):
+    """A Keras 3 optimizer that reduces gradients over the ranks (see horovod.tensorflow.keras).
+
+    TensorFlow 1 ``tf.compat.v1.train.Optimizer`` objects are not supported.
+    """
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise _DDLInputError(f"DistributedOptimizer: a {type(optimizer).__name__} is not a Keras 3 optimizer; "
+                             "TensorFlow 1 optimizers are not supported (use tf.keras.optimizers.* or "
+                             "hvd.DistributedGradientTape)")
+    from ddl_runtime.horovod.keras import DistributedOptimizer as _keras_distributed
+
+    return _keras_distributed(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+                              compression=compression, sparse_as_dense=sparse_as_dense,
+                              gradient_predivide_factor=gradient_predivide_factor, op=op,
+                              backward_passes_per_step=backward_passes_per_step,
+                              average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+                              groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
+
+
+def broadcast_global_variables(root_rank):
+    """TensorFlow 1 only: there is no global variable collection in TensorFlow 2 / Keras 3."""
+    raise _DDLInputError("broadcast_global_variables() needs TensorFlow 1 graph mode; use "
+                         "hvd.broadcast_variables(model.variables, root_rank) (or the Keras "
+                         "BroadcastGlobalVariablesCallback)")

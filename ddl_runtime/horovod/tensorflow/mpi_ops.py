@@ -1,0 +1,412 @@
+"""horovod.tensorflow's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.negotiation).
+
+The same engine as horovod.torch: a request is matched across the ranks of its process set by
+name, so disagreements (shape, dtype, op, root, splits) fail on every rank with one line
+naming the tensor and the ranks, and a missing rank is named by the stall inspector.  Tensors
+move as host numpy arrays: eagerly directly, inside ``tf.function`` through one stateful
+``tf.numpy_function`` per collective (the engine runs when the graph executes; unnamed
+operations are numbered then, in program order).  Every op is differentiable with Horovod's
+gradient rules (allreduce -> allreduce of the gradient; allgather -> this rank's rows of the
+summed gradient; broadcast -> the summed gradient on the root, zero elsewhere; alltoall -> the
+reverse alltoall; reducescatter -> allgather).  Collectives cannot run inside XLA.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from ddl_runtime.errors import DDLInputError
+from ddl_runtime.kernels import scatter_rows
+from ddl_runtime.negotiation import Request
+
+from ..common.basics import Average, Sum, reduce_op  # noqa: F401
+from ..common.process_sets import controller_for, global_process_set
+from .compression import Compression
+
+_MOVABLE = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64,
+            tf.bool)
+_REDUCIBLE = tuple(d for d in _MOVABLE if d != tf.bool)
+
+
+# -- tensors <-> numpy, eagerly or inside tf.function -------------------------------------------
+def _check(t: Any, what: str, reduce: bool) -> tf.Tensor:
+    if isinstance(t, tf.IndexedSlices):
+        raise DDLInputError(f"{what}: IndexedSlices are reduced by allreduce only")
+    if not isinstance(t, (tf.Tensor, tf.Variable)):
+        try:
+            t = tf.convert_to_tensor(t)
+        except (TypeError, ValueError):
+            raise DDLInputError(f"{what}: expected a tf.Tensor, got {type(t).__name__}") from None
+    if t.dtype not in (_REDUCIBLE if reduce else _MOVABLE):
+        raise DDLInputError(f"{what}: dtype {t.dtype.name} is not supported")
+    return tf.convert_to_tensor(t)
+
+
+def _host(a: Any) -> np.ndarray:
+    """A writable C-contiguous numpy copy; bfloat16 travels as float32 (MPI has no bfloat16)."""
+    a = np.array(a, copy=True, order="C")
+    if a.dtype.name == "bfloat16":
+        a = a.astype(np.float32)
+    return a
+
+
+def _bridge(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.Tensor],
+            out_dtypes: List[tf.DType], out_shapes: List[tf.TensorShape], what: str) -> List[tf.Tensor]:
+    """Run `core` (numpy in, numpy out) now, or as a stateful op when tracing a tf.function."""
+    if tf.executing_eagerly():
+        outs = core([_host(t.numpy()) for t in tensors])
+        return [tf.convert_to_tensor(np.asarray(o), dtype=d) for o, d in zip(outs, out_dtypes)]
+
+    def fn(*arrays):
+        outs = core([_host(a) for a in arrays])
+        return [np.asarray(o).astype(d.as_numpy_dtype) if np.asarray(o).dtype != d.as_numpy_dtype
+                else np.asarray(o) for o, d in zip(outs, out_dtypes)]
+
+    outs = tf.numpy_function(fn, tensors, out_dtypes, stateful=True, name="hvd_" + what.split("(")[0])
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    for o, shape in zip(outs, out_shapes):
+        o.set_shape(shape)
+    return outs
+
+
+def _differentiable(forward: Callable[[List[tf.Tensor]], List[tf.Tensor]],
+                    backward: Callable[[List[tf.Tensor], List[tf.Tensor]], List[Any]],
+                    tensors: List[tf.Tensor]) -> List[tf.Tensor]:
+    if not any(t.dtype.is_floating for t in tensors):
+        return forward(tensors)
+
+    @tf.custom_gradient
+    def op(*xs):
+        ys = forward(list(xs))
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, ys)]
+            return backward(dys, list(xs))
+
+        return ys, grad
+
+    out = op(*tensors)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _name(name: Optional[str], what: str) -> str:
+    return f"{what}('{name}')" if name else what
+
+
+def _run(kind: str, name: Optional[str], params: tuple, inputs: List[np.ndarray], outputs: List[Any],
+         process_set: Any, what: str, extra: Any = None, group: bool = False) -> Any:
+    """Submit one request to the process set's controller and wait for it (at graph run time)."""
+    ctl = controller_for(process_set, what)
+    base = str(name) if name is not None else ctl.auto_name(kind)
+    names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
+    entries = [(n, a.dtype.name, tuple(a.shape)) for n, a in zip(names, inputs)]
+    request = Request(kind, base, params, entries, list(inputs), list(outputs), extra)
+    result = ctl.submit(request).wait()
+    outputs[:] = request.outputs  # allgather / alltoall allocate theirs when the request runs
+    return result
+
+
+def _scales(prescale_factor: Any, postscale_factor: Any, what: str) -> Tuple[float, float]:
+    try:
+        return float(prescale_factor), float(postscale_factor)
+    except (TypeError, ValueError):
+        raise DDLInputError(f"{what}: prescale_factor and postscale_factor must be numbers") from None
+
+
+# -- allreduce ----------------------------------------------------------------------------------
+def _reduce(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: float, post: float,
+            process_set: Any, what: str, group: bool) -> List[tf.Tensor]:
+    def core(arrays):
+        outs = [np.empty_like(a) for a in arrays]
+        _run("allreduce", name, (op_name, pre, post), arrays, outs, process_set, what, group=group)
+        return outs
+
+    def forward(ts):
+        return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what)
+
+    def backward(dys, xs):
+        if op_name in ("sum", "average"):
+            grad_name = f"{name}.grad" if name else None
+            return _reduce(dys, grad_name, op_name, pre, post, process_set, what, group)
+        ys = forward(xs)  # min/max/product: the gradient flows where this rank's value is the result
+        return [d * tf.cast(tf.equal(x, y), d.dtype) for d, x, y in zip(dys, xs, ys)]
+
+    return _differentiable(forward, backward, tensors)
+
+
+def _sparse_allreduce(tensor: tf.IndexedSlices, name: Optional[str], op_name: str, process_set: Any) -> tf.IndexedSlices:
+    """Horovod's rule for IndexedSlices: gather every rank's values and indices (Average divides)."""
+    if op_name not in ("sum", "average"):
+        raise DDLInputError(f"allreduce: IndexedSlices support op=hvd.Average or hvd.Sum only")
+    values = allgather(tensor.values, name=f"{name}.values" if name else None, process_set=process_set)
+    indices = allgather(tensor.indices, name=f"{name}.indices" if name else None, process_set=process_set)
+    if op_name == "average":
+        values = values / tf.cast(controller_for(process_set, "allreduce").size, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Reduce `tensor` over the ranks of `process_set` (default op: Average); returns a new tensor.
+
+    op: hvd.Average, Sum, Min, Max, Product (Adasum is refused).  Integer tensors are averaged
+    with floor division.  tf.IndexedSlices are gathered, as Horovod does.  Differentiable.
+    """
+    what = _name(name, "allreduce")
+    op_name = reduce_op(op, average, what)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse_allreduce(tensor, name, op_name, process_set)
+    pre, post = _scales(prescale_factor, postscale_factor, what)
+    t = _check(tensor, what, reduce=True)
+    sent, ctx = (compression or Compression.none).compress(t)
+    out = _reduce([sent], name, op_name, pre, post, process_set, what, group=False)[0]
+    return (compression or Compression.none).decompress(out, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                      process_set=global_process_set, ignore_name_scope=False):
+    """Reduce a list of tensors as one negotiated, fused operation; returns the list of results."""
+    what = _name(name, "grouped_allreduce")
+    op_name = reduce_op(op, average, what)
+    pre, post = _scales(prescale_factor, postscale_factor, what)
+    tensors = _as_list(tensors, what)
+    if not tensors:
+        return []
+    compression = compression or Compression.none
+    pairs = [compression.compress(_check(t, what, reduce=True)) for t in tensors]
+    outs = _reduce([p[0] for p in pairs], name, op_name, pre, post, process_set, what, group=True)
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+def _as_list(tensors: Any, what: str) -> list:
+    if not isinstance(tensors, (list, tuple)):
+        raise DDLInputError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
+    return list(tensors)
+
+
+# -- allgather ----------------------------------------------------------------------------------
+def _gather(tensors: List[tf.Tensor], name: Optional[str], process_set: Any, what: str,
+            group: bool) -> List[tf.Tensor]:
+    tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]  # a scalar counts as (1,)
+
+    def core(arrays):
+        outs: List[Any] = [None] * len(arrays)
+        _run("allgather", name, (), arrays, outs, process_set, what, group=group)
+        return outs
+
+    def forward(ts):
+        shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in ts]
+        return _bridge(core, ts, [t.dtype for t in ts], shapes, what)
+
+    def backward(dys, xs):
+        summed = _reduce(dys, f"{name}.grad" if name else None, "sum", 1.0, 1.0, process_set, what, group)
+        ctl = controller_for(process_set, what)
+        out = []
+        for s, x in zip(summed, xs):
+            rows = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1])
+            counts = _gather([rows], f"{name}.grad_rows" if name else None, process_set, what, False)[0]
+            start = tf.reduce_sum(counts[:ctl.rank])
+            out.append(tf.reshape(s[start:start + counts[ctl.rank]], tf.shape(x)))
+        return out
+
+    return _differentiable(forward, backward, tensors)
+
+
+def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """Every rank's `tensor` concatenated along the first dimension (first dimensions may differ)."""
+    what = _name(name, "allgather")
+    return _gather([_check(tensor, what, reduce=False)], name, process_set, what, group=False)[0]
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """allgather of each tensor in the list, negotiated as one operation."""
+    what = _name(name, "grouped_allgather")
+    tensors = [_check(t, what, reduce=False) for t in _as_list(tensors, what)]
+    return _gather(tensors, name, process_set, what, group=True) if tensors else []
+
+
+# -- broadcast ----------------------------------------------------------------------------------
+def _check_root(root_rank: Any, process_set: Any, what: str) -> int:
+    ctl = controller_for(process_set, what)
+    if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool) or \
+            not 0 <= int(root_rank) < ctl.size:
+        raise DDLInputError(f"{what}: root_rank {root_rank!r} is not a rank of the process set (0..{ctl.size - 1})")
+    return int(root_rank)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """`root_rank`'s value of `tensor` on every rank (a new tensor).  Differentiable."""
+    what = _name(name, "broadcast")
+    root = _check_root(root_rank, process_set, what)
+    t = _check(tensor, what, reduce=False)
+
+    def core(arrays):
+        _run("broadcast", name, (root,), arrays, arrays, process_set, what)
+        return arrays
+
+    def forward(ts):
+        return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what)
+
+    def backward(dys, xs):
+        summed = _reduce(dys, f"{name}.grad" if name else None, "sum", 1.0, 1.0, process_set, what, False)
+        me = controller_for(process_set, what).rank
+        return [g if me == root else tf.zeros_like(g) for g in summed]
+
+    return _differentiable(forward, backward, [t])[0]
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Assign `root_rank`'s values to the variables (a list of tf.Variable) in place; returns them."""
+    variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
+    for i, v in enumerate(variables):
+        value = broadcast(v, root_rank, name=f"{name}.{i}" if name else None, process_set=process_set)
+        v.assign(value)
+    return variables
+
+
+# -- alltoall -----------------------------------------------------------------------------------
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Send splits[i] rows of `tensor` to rank i (equal parts when splits is None); returns the rows
+    received (in rank order) and the int32 tensor of how many came from each rank.  Differentiable."""
+    what = _name(name, "alltoall")
+    t = _check(tensor, what, reduce=False)
+    ctl = controller_for(process_set, what)
+    if t.shape.rank == 0:
+        raise DDLInputError(f"{what}: alltoall needs a tensor with at least one dimension")
+    if splits is None:
+        split_t = None
+    else:
+        split_t = tf.convert_to_tensor(splits)
+        if split_t.dtype not in (tf.int32, tf.int64):
+            raise DDLInputError(f"{what}: splits must be int32 (a list of ints or an int32 tensor), got "
+                                f"{split_t.dtype.name}")
+        split_t = tf.cast(tf.reshape(split_t, [-1]), tf.int32)
+
+    def send_rows(first: int, split_values: Optional[np.ndarray]) -> List[int]:
+        if split_values is None:
+            if first % ctl.size:
+                raise DDLInputError(f"{what}: the first dimension ({first}) is not a multiple of the number of "
+                                    f"ranks ({ctl.size}); pass splits")
+            return [first // ctl.size] * ctl.size
+        send = [int(v) for v in split_values.reshape(-1)]
+        if len(send) != ctl.size:
+            raise DDLInputError(f"{what}: {len(send)} splits for {ctl.size} ranks")
+        if any(v < 0 for v in send):
+            raise DDLInputError(f"{what}: splits must not be negative: {send}")
+        if sum(send) != first:
+            raise DDLInputError(f"{what}: the splits add up to {sum(send)}, but the first dimension is {first}")
+        return send
+
+    if tf.executing_eagerly() and split_t is not None:
+        send_rows(int(t.shape[0]), split_t.numpy())  # bad splits: a clear error before anything is sent
+
+    def core(arrays):
+        send = send_rows(arrays[0].shape[0], arrays[1] if len(arrays) > 1 else None)
+        outs: List[Any] = [None]
+        received = _run("alltoall", name, (), [arrays[0]], outs, process_set, what, extra=tuple(send))
+        return [outs[0], np.asarray(received, dtype=np.int32)]
+
+    def forward(ts):
+        inputs = ts + ([split_t] if split_t is not None else [])
+        shape = tf.TensorShape([None]).concatenate(ts[0].shape[1:])
+        return _bridge(core, inputs, [ts[0].dtype, tf.int32], [shape, tf.TensorShape([ctl.size])], what)
+
+    if not t.dtype.is_floating:
+        out, received = forward([t])
+    else:
+        holder = {}
+
+        @tf.custom_gradient
+        def op(x):
+            y, rec = forward([x])
+            holder["received"] = rec
+
+            def grad(dy, *_):
+                back = alltoall(dy, splits=holder["received"], name=f"{name}.grad" if name else None,
+                                process_set=process_set)
+                return back[0]
+            return (y, rec), grad
+
+        out, received = op(t)
+    return (out, received) if splits is not None else out
+
+
+# -- reducescatter ------------------------------------------------------------------------------
+def _scatter(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: float, post: float,
+             process_set: Any, what: str, group: bool) -> List[tf.Tensor]:
+    ctl = controller_for(process_set, what)
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise DDLInputError(f"{what}: reducescatter needs a tensor with at least one dimension, got a scalar")
+
+    def core(arrays):
+        outs = [np.empty((scatter_rows(a.shape[0], ctl.size)[ctl.rank],) + a.shape[1:], dtype=a.dtype)
+                for a in arrays]
+        _run("reducescatter", name, (op_name, pre, post), arrays, outs, process_set, what, group=group)
+        return outs
+
+    def forward(ts):
+        shapes = []
+        for t in ts:
+            first = t.shape[0]
+            rows = scatter_rows(int(first), ctl.size)[ctl.rank] if first is not None else None
+            shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
+        return _bridge(core, ts, [t.dtype for t in ts], shapes, what)
+
+    def backward(dys, xs):
+        grads = _gather(dys, f"{name}.grad" if name else None, process_set, what, group)
+        scale = (pre * post) / (ctl.size if op_name == "average" else 1)
+        return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in grads]
+
+    return _differentiable(forward, backward, tensors)
+
+
+def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduce `tensor` over the ranks and return this rank's block of the first dimension
+    (the first ``n % size`` ranks get one row more).  op: hvd.Average or hvd.Sum."""
+    what = _name(name, "reducescatter")
+    op_name = reduce_op(op, None, what)
+    if op_name not in ("average", "sum"):
+        raise DDLInputError(f"{what}: reducescatter supports op=hvd.Average or hvd.Sum")
+    pre, post = _scales(prescale_factor, postscale_factor, what)
+    compression = compression or Compression.none
+    sent, ctx = compression.compress(_check(tensor, what, reduce=True))
+    out = _scatter([sent], name, op_name, pre, post, process_set, what, group=False)[0]
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average, name=None,
+                          process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor in the list, negotiated as one operation."""
+    what = _name(name, "grouped_reducescatter")
+    op_name = reduce_op(op, None, what)
+    if op_name not in ("average", "sum"):
+        raise DDLInputError(f"{what}: reducescatter supports op=hvd.Average or hvd.Sum")
+    pre, post = _scales(prescale_factor, postscale_factor, what)
+    compression = compression or Compression.none
+    pairs = [compression.compress(_check(t, what, reduce=True)) for t in _as_list(tensors, what)]
+    if not pairs:
+        return []
+    outs = _scatter([p[0] for p in pairs], name, op_name, pre, post, process_set, what, group=True)
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+# -- join and barrier ---------------------------------------------------------------------------
+def join() -> int:
+    """Wait until every rank has joined (joined ranks contribute zeros to the others' allreduces);
+    returns the rank that joined last."""
+    ctl = controller_for(global_process_set, "join")
+    return ctl.submit(Request("join", "join", (), [])).wait()
+
+
+def barrier(process_set=global_process_set) -> None:
+    """Wait until every rank of the process set arrives."""
+    ctl = controller_for(process_set, "barrier")
+    ctl.submit(Request("barrier", ctl.auto_name("barrier"), (), [])).wait()
