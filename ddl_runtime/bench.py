@@ -5,7 +5,10 @@ Two parts, printed by rank 0 as Markdown:
    ddl_runtime.allreduce and for one mpi4py Allreduce, float32, in place;
 2. ResNet-50's 161 gradient tensors (25.6 M float32) reduced by ddl_runtime.allreduce_n, by one
    mpi4py Allreduce per tensor, by one Allreduce of a pre-fused buffer (packing not counted),
-   and by torch.distributed gloo all_reduce per tensor (when torch is installed).
+   and by torch.distributed gloo all_reduce, per tensor and in 25 MB buckets (when torch is
+   installed); in a one-host job also by allreduce_n(mpi=True), the MPI path without shared memory;
+3. the digits CNN's step (examples/train_digits.py: 8 gradients + 1 presence-flag tensor, 153 KB):
+   allreduce_n against one mpi4py Allreduce of the same bytes.
 Methods are interleaved round by round and medians reported, so ratios come from one run on
 a shared, noisy machine.  algbw = bytes / time; busbw = algbw * 2(n-1)/n.
 """
@@ -113,6 +116,9 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
         return run
 
     methods["ddl allreduce_n"] = ddl_n(default_bytes)
+    if rt.shm is not None:
+        methods["ddl allreduce_n, mpi=True (MPI path, no shared memory)"] = \
+            lambda: ddl.allreduce_n(arrays, op="sum", mpi=True, names=names)
     if ddl.algorithm() == "hierarchical":
         methods["ddl allreduce_n, mpi=True (flat baseline)"] = \
             lambda: ddl.allreduce_n(arrays, op="sum", mpi=True, names=names)
@@ -129,6 +135,8 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
         gloo = Gloo(comm)
         tensors = [gloo.torch.from_numpy(a.copy()) for a in arrays]
         methods["torch.distributed gloo all_reduce per tensor"] = lambda: [gloo.dist.all_reduce(t) for t in tensors]
+        methods["torch.distributed gloo all_reduce, 25 MB buckets (pack + unpack counted)"] = \
+            gloo_buckets(gloo, tensors, 25 << 20)
     for fn in methods.values():
         fn()  # warm-up
     samples: Dict[str, List[float]] = {name: [] for name in methods}
@@ -142,6 +150,54 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
     return {"tensors": len(arrays), "values": int(fused.size), "bytes": int(fused.nbytes),
             "fusion_mb": default_bytes / (1 << 20), "median_s": medians,
             "min_s": {name: min(ts) for name, ts in samples.items()}, "samples_s": samples}
+
+
+def gloo_buckets(gloo, tensors, bucket_bytes: int) -> Callable[[], None]:
+    """DDP's default: tensors packed in list order into buckets of ~25 MB, one all_reduce each."""
+    torch = gloo.torch
+    buckets: List[list] = [[]]
+    size = 0
+    for t in tensors:
+        if buckets[-1] and size + t.numel() * t.element_size() > bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(t)
+        size += t.numel() * t.element_size()
+    flats = [torch.empty(sum(t.numel() for t in b), dtype=b[0].dtype) for b in buckets]
+
+    def run():
+        for bucket, flat in zip(buckets, flats):
+            torch.cat([t.reshape(-1) for t in bucket], out=flat)
+            gloo.dist.all_reduce(flat)
+            for t, part in zip(bucket, torch.split(flat, [t.numel() for t in bucket])):
+                t.copy_(part.view_as(t))
+    return run
+
+
+DIGITS_SHAPES = [("conv1.weight", (16, 1, 3, 3)), ("conv1.bias", (16,)), ("conv2.weight", (32, 16, 3, 3)),
+                 ("conv2.bias", (32,)), ("fc1.weight", (64, 512)), ("fc1.bias", (64,)),
+                 ("fc2.weight", (10, 64)), ("fc2.bias", (10,)), ("grad-flags", (8,))]
+
+
+def digits(comm: MPI.Comm, repeats: int, iters: int) -> dict:
+    """The digits CNN's per-step reduction: allreduce_n of its 9 tensors vs one bare Allreduce."""
+    names = [n for n, _ in DIGITS_SHAPES]
+    arrays = [np.ones(s, np.float32) for _, s in DIGITS_SHAPES]
+    fused = np.ones(sum(a.size for a in arrays), np.float32)
+    methods: Dict[str, Callable[[], None]] = {
+        "ddl allreduce_n (op avg)": lambda: ddl.allreduce_n(arrays, op="avg", names=names),
+        "ddl allreduce_n, mpi=True": lambda: ddl.allreduce_n(arrays, op="avg", mpi=True, names=names),
+        "mpi4py Allreduce of the same bytes (one buffer)": lambda: comm.Allreduce(MPI.IN_PLACE, fused),
+    }
+    for fn in methods.values():
+        fn()
+    samples: Dict[str, List[float]] = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            samples[name].append(timed(comm, fn, iters))
+    return {"tensors": len(arrays), "bytes": int(fused.nbytes),
+            "median_s": {k: statistics.median(v) for k, v in samples.items()},
+            "min_s": {k: min(v) for k, v in samples.items()}}
 
 
 def machine() -> str:
@@ -177,6 +233,14 @@ def markdown(report: dict) -> str:
         for name, t in r["median_s"].items():
             out.append(f"| {name} | {t * 1e3:.2f} | {r['min_s'][name] * 1e3:.2f} | {t / base:.2f}x |")
         out.append("")
+    if report.get("digits"):
+        d = report["digits"]
+        base = d["median_s"]["mpi4py Allreduce of the same bytes (one buffer)"]
+        out += [f"Digits CNN step: {d['tensors']} tensors, {human(d['bytes'])}", "",
+                "| method | median (us) | best (us) | time / one mpi4py Allreduce |", "|---|---:|---:|---:|"]
+        for name, t in d["median_s"].items():
+            out.append(f"| {name} | {t * 1e6:.1f} | {d['min_s'][name] * 1e6:.1f} | {t / base:.2f}x |")
+        out.append("")
     return "\n".join(out)
 
 
@@ -192,6 +256,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="skip the message-size sweep")
     parser.add_argument("--no-resnet", action="store_true", help="skip the ResNet-50 gradient set")
     parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed gloo")
+    parser.add_argument("--no-digits", action="store_true", help="skip the digits CNN step")
+    parser.add_argument("--digits-iters", type=int, default=200, help="digits calls per round (default 200)")
     parser.add_argument("--json", help="also write the raw results here (rank 0)")
     args = parser.parse_args(argv)
     if args.factor < 2:
@@ -215,6 +281,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.no_resnet:
         fusion = [float(x) for x in args.fusion_mb.split(",") if x.strip()]
         report["resnet"] = resnet(comm, args.repeats, args.iters, with_gloo, fusion)
+    if not args.no_digits:
+        report["digits"] = digits(comm, args.repeats, args.digits_iters)
     if comm.Get_rank() == 0:
         sys.stdout.write(markdown(report) + "\n")
         if args.json:

@@ -25,6 +25,7 @@ from .errors import DDLError, DDLInputError
 
 _MPI_CUDA_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
 _group = None
+_owned = False  # True when the runtime created the process group (finalize destroys it)
 
 
 def _check_devices(refs: Sequence[TensorRef]) -> None:
@@ -37,9 +38,9 @@ def cuda_aware_mpi() -> bool:
     return os.environ.get("DDL_CUDA_AWARE_MPI", "").lower() in ("1", "true", "yes")
 
 
-def _nccl_group(rt):
+def _nccl_group(rt, backend: str = "nccl"):
     """The NCCL process group, created on first use (collectively, so every rank must get here)."""
-    global _group
+    global _group, _owned
     torch = sys.modules["torch"]
     dist = torch.distributed
     if _group is not None:
@@ -58,13 +59,26 @@ def _nccl_group(rt):
     address = rt.control.bcast(address, root=0)
     if rt.rank != 0:
         store = dist.TCPStore(address[0], address[1], rt.size, is_master=False)
-    dist.init_process_group("nccl", store=store, rank=rt.rank, world_size=rt.size)
+    dist.init_process_group(backend, store=store, rank=rt.rank, world_size=rt.size)
     _group = dist.group.WORLD
+    _owned = True
     return _group
+
+
+def shutdown() -> None:
+    """Destroy the process group the runtime created (finalize); one the user made stays."""
+    global _group, _owned
+    if _owned:
+        dist = sys.modules["torch"].distributed
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    _group, _owned = None, False
 
 
 def allreduce(rt, refs: Sequence[TensorRef], op: str) -> None:
     _check_devices(refs)
+    if rt.size == 1:  # the identity: no copy, no kernel, no process group
+        return
     torch = sys.modules["torch"]
     if cuda_aware_mpi() and all(r.dtype in _MPI_CUDA_TYPES for r in refs):
         for ref in refs:
@@ -112,6 +126,8 @@ def allreduce_async(rt, refs: Sequence[TensorRef], op: str, results: List):
 
 def bcast(rt, refs: Sequence[TensorRef], root: int) -> None:
     _check_devices(refs)
+    if rt.size == 1:
+        return
     torch = sys.modules["torch"]
     if cuda_aware_mpi():
         torch.cuda.current_stream().synchronize()

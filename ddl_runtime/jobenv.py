@@ -45,6 +45,7 @@ class JobEnvironment:
     stall_warning_s: float = DEFAULT_STALL_WARNING_S
     stall_shutdown_s: Optional[float] = None
     timeline: Optional[str] = None
+    shared_memory: bool = True  # DDL_SHM: one-host jobs reduce through shared memory
     launcher: LauncherInfo = field(default_factory=lambda: LauncherInfo("none"))
 
     @classmethod
@@ -59,6 +60,7 @@ class JobEnvironment:
             stall_warning_s=_positive_float(env, "DDL_STALL_WARNING_S") or DEFAULT_STALL_WARNING_S,
             stall_shutdown_s=_positive_float(env, "DDL_STALL_SHUTDOWN_S"),
             timeline=env.get("DDL_TIMELINE") or None,
+            shared_memory=_switch(env, "DDL_SHM", True),
             launcher=detect_launcher(env),
         )
 
@@ -180,6 +182,17 @@ def _non_negative_float(env: Mapping[str, str], name: str) -> Optional[float]:
     if value is not None and value < 0:
         raise DDLInputError(f"{name}={env[name]!r} must be 0 or more")
     return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = (env.get(name) or "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise DDLInputError(f"{name}={env[name]!r} must be 1 or 0 (on or off)")
 
 
 def _gpu_binding(env: Mapping[str, str]) -> Optional[str]:

@@ -19,7 +19,8 @@ from .algorithms import MPI_OPS, MPI_TYPES, split_counts
 from .buffers import FLOAT_DTYPES, TensorRef, as_tensor, new_like
 from .fusion import plan_buckets
 from .errors import DDLError, DDLInputError
-from .signature import agreed, agreement_buffer, raise_mismatch
+from .engine import Handle
+from .signature import agreed, agreement_buffer, digest, raise_mismatch
 from .timeline import TID_MPI
 
 REDUCE_OPS = ("sum", "avg", "min", "max")
@@ -71,6 +72,10 @@ def _as_list(tensors: Any, what: str) -> list:
 def _agree(rt: "_rt.Runtime", what: str, signature) -> None:
     """Record the collective and make sure every rank calls the same one with the same tensors."""
     rt.watchdog.start(what)
+    if rt.shm is not None:  # one host: the digest rides on a shared-memory barrier
+        if not rt.shm.barrier(digest(signature)):
+            raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
+        return
     buf = agreement_buffer(signature)
     rt.engine.wait_request(rt.control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX))
     if not agreed(buf):
@@ -185,7 +190,9 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     what = _describe("allreduce", [ref])
     rt.timeline.begin("allreduce", {"op": op, "tensor": name})
     _agree(rt, what, (("allreduce", op), (_entry(ref),)))
-    if ref.nbytes <= SMALL_BYTES and not ref.widened:
+    if rt.size == 1 or rt.shm is not None:
+        _reduce(rt, [ref], op, False)
+    elif ref.nbytes <= SMALL_BYTES and not ref.widened:
         # latency-bound: one flat allreduce on the tensor itself, no bucket machinery.  Its own
         # communicator keeps it out of the order of buckets still in flight (which differs by rank).
         buf = ref.flat
@@ -229,11 +236,11 @@ def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, chec
     hierarchical = rt.algorithms.hierarchical and not mpi
     if tol > 0:
         baseline = [TensorRef(r.obj, r.name, r.dtype, r.shape, r.flat.copy(), "numpy") for r in refs]
-        _reduce(rt, baseline, op, False).wait()
-        _reduce(rt, refs, op, hierarchical).wait()
+        _reduce(rt, baseline, op, False, shm=False).wait()
+        _reduce(rt, refs, op, hierarchical, shm=True).wait()
         _compare(rt, what, refs, baseline, tol)
     else:
-        _reduce(rt, refs, op, hierarchical).wait()
+        _reduce(rt, refs, op, hierarchical, shm=not mpi).wait()
     rt.timeline.end("allreduce_n")
     return list(tensors)
 
@@ -267,7 +274,16 @@ def _prepare_n(tensors, op, names, what):
     return refs, op, _describe(what, refs)
 
 
-def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results: Optional[list] = None):
+def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results: Optional[list] = None,
+            shm: bool = True):
+    """Start reducing `refs`; shm=False keeps a one-host job on the MPI path (mpi=True, check=)."""
+    if results is None:
+        results = [r.obj for r in refs]
+    if rt.size == 1:  # the reduction is the identity (avg divides by 1)
+        return Handle(rt.engine, results, 0)
+    if shm and rt.shm is not None:
+        rt.shm.allreduce(refs, op, float(rt.size) if op == "avg" else None, rt.timeline)
+        return Handle(rt.engine, results, 0)
     key = (tuple((r.numel, r.dtype) for r in refs), rt.fusion_bytes)
     specs = rt.plans.get(key)
     if specs is None:
@@ -276,8 +292,7 @@ def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results:
             rt.plans.clear()
         rt.plans[key] = specs
     scale = float(rt.size) if op == "avg" else None
-    return rt.engine.submit(specs, refs, op, scale, "hierarchical" if hierarchical else "flat",
-                            results if results is not None else [r.obj for r in refs])
+    return rt.engine.submit(specs, refs, op, scale, "hierarchical" if hierarchical else "flat", results)
 
 
 def _compare(rt, what: str, refs, baseline, tol: float) -> None:

@@ -22,6 +22,7 @@ from .algorithms import Algorithms, Level
 from .engine import Engine
 from .errors import DDLError
 from .jobenv import JobEnvironment
+from .shm import open_group
 from .timeline import NullTimeline, Timeline
 from .topology import LEVEL_NAMES, hierarchy_for
 from .watchdog import Watchdog
@@ -73,6 +74,9 @@ class Runtime:
         self.engine = Engine(algorithms, self.watchdog, self.timeline, MAX_INFLIGHT)
         self.engine.oversubscribed = self._ranks_on_host() > _cores()
         self.algorithms = algorithms
+        # one host, one node of the grouping: agreements and CPU reductions go through shared memory
+        self.shm = open_group(world, self.topology.local_size == self.size, self.env.shared_memory,
+                              self.watchdog, self.engine.oversubscribed)
         self.plans: dict = {}
         self.finalized = False
         self._select_gpu()
@@ -161,7 +165,13 @@ class Runtime:
         if missing:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
+        gpu = sys.modules.get(__package__ + ".gpu")
+        if gpu is not None:
+            gpu.shutdown()  # the NCCL process group the runtime created, if any
         if not missing:
+            if self.shm is not None:
+                self.shm.free()
+                self.shm = None
             for comm in self._comms():
                 comm.Free()
 

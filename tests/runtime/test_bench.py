@@ -5,7 +5,7 @@ import json
 def test_bench_tables(run_mpi, tmp_path):
     out = tmp_path / "bench.json"
     result = run_mpi(2, "bench_main.py", "-b", "4", "-e", "64K", "--budget", "0.005", "--repeats", "1",
-                     "--iters", "1", "--fusion-mb", "1", "--json", str(out), timeout=120)
+                     "--iters", "1", "--fusion-mb", "1", "--digits-iters", "2", "--json", str(out), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     text = result.stdout
     assert "| bytes | count | ddl time (us) | ddl algbw (GB/s) | ddl busbw (GB/s) |" in text
@@ -20,8 +20,15 @@ def test_bench_tables(run_mpi, tmp_path):
     assert set(resnet["median_s"]) == {
         "ddl allreduce_n", "ddl allreduce_n, 1 MB buckets", "mpi4py Allreduce per tensor",
         "ddl allreduce_n, gradients as views of one flat buffer",
-        "mpi4py Allreduce, one pre-fused buffer", "torch.distributed gloo all_reduce per tensor"}
+        "mpi4py Allreduce, one pre-fused buffer", "torch.distributed gloo all_reduce per tensor",
+        "ddl allreduce_n, mpi=True (MPI path, no shared memory)",
+        "torch.distributed gloo all_reduce, 25 MB buckets (pack + unpack counted)"}
     assert "ResNet-50 gradients: 161 tensors, 25,557,032 float32" in text
+    digits = report["digits"]
+    assert (digits["tensors"], digits["bytes"]) == (9, 38_290 * 4)
+    assert set(digits["median_s"]) == {"ddl allreduce_n (op avg)", "ddl allreduce_n, mpi=True",
+                                       "mpi4py Allreduce of the same bytes (one buffer)"}
+    assert "| ddl allreduce_n (op avg) |" in text
 
 
 def test_resnet50_shapes():

@@ -18,8 +18,8 @@ real_reduce = ops._reduce
 calls = []
 
 
-def faulty_reduce(rt, refs, op, hierarchical, results=None):
-    handle = real_reduce(rt, refs, op, hierarchical, results)
+def faulty_reduce(rt, refs, op, hierarchical, results=None, **kwargs):
+    handle = real_reduce(rt, refs, op, hierarchical, results, **kwargs)
     calls.append(hierarchical)
     if len(calls) == 2 and R == 0:  # the second run is the one checked against the baseline
         handle.wait()

@@ -1,0 +1,312 @@
+"""Intra-node shared memory: the signature agreement and the allreduce of a one-node job.
+
+When every rank of the job sits on one host *and* on one node of the job's grouping (so not
+under DDL_EMULATE_NODES or a mode string with several nodes), the ranks open two MPI-3 shared
+windows (`MPI.Win.Allocate_shared` on the host communicator):
+
+* a control block, one 64-byte slot per rank: a barrier epoch and two digest cells.  A barrier
+  is "write my epoch, wait until every slot holds at least it" (each cell has one writer, so no
+  atomics are needed; `Win.Sync` is the memory fence on either side).  The digest of the
+  collective's signature travels with the epoch, so agreeing on a signature costs one barrier.
+  Two digest cells alternate by epoch parity: a rank cannot write epoch e+2 before every rank
+  has left barrier e+1, i.e. before every rank has read the digests of barrier e.
+* a data arena per rank, grown collectively (only after an agreement, where every rank holds the
+  same plan and so asks for the same size).
+
+Allreduce of a tensor list (`ShmAllreduce`): the list is laid out per reduce dtype in one
+virtual flat buffer split into `local_size` contiguous slices; rank i owns slice i.
+  1. publish: copy (or widen) the parts of my tensors outside my slice into my arena;  barrier;
+  2. reduce: my slice = my tensors + every peer's arena at my slice, into my arena, and back into
+     my tensors (avg divides on the way back);  barrier;
+  3. gather: copy the other slices from their owners' arenas into my tensors.
+The next collective's agreement barrier keeps a rank from overwriting its arena while a peer
+still gathers from it.  Every wait is a spin on the control block that yields the CPU, sleeps
+after a second, and marks the rank as waiting for the stall inspector (watchdog), which names
+who has not arrived and aborts on DDL_STALL_SHUTDOWN_S or when a rank leaves.
+
+MPICH and Open MPI back these windows with memory that is released when the processes end
+(MPICH unlinks its segment once every rank has mapped it), so a crashed job leaves nothing in
+/dev/shm; `ShmGroup.free()` (finalize) releases it earlier.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from mpi4py import MPI
+
+from .algorithms import split_counts
+from .buffers import TensorRef, narrow, widen
+from .timeline import TID_HOST, TID_MPI
+
+SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
+ALIGN = 64
+MIN_ARENA = 1 << 20
+SPIN_BEFORE_YIELD_S = 20e-6
+SLEEP_AFTER_S = 1.0
+UFUNCS = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of one tensor's elements at `offset` in its dtype group of the virtual buffer."""
+
+    tensor: int
+    start: int
+    stop: int
+    group: int
+    offset: int
+    owner: int  # the rank whose slice holds it
+
+
+@dataclass(frozen=True)
+class DtypeGroup:
+    dtype: np.dtype  # the reduce dtype
+    byte_offset: int  # in the arena
+    length: int
+
+
+@dataclass(frozen=True)
+class ShmPlan:
+    groups: Tuple[DtypeGroup, ...]
+    own: Tuple[Piece, ...]  # pieces in this rank's slice
+    others: Tuple[Piece, ...]  # pieces in the other ranks' slices
+    nbytes: int
+
+
+def plan(refs: Sequence[TensorRef], local_size: int, local_rank: int) -> ShmPlan:
+    """Lay the tensors out per reduce dtype (list order) and cut each dtype run into slices."""
+    order: List[np.dtype] = []
+    members: Dict[np.dtype, List[Tuple[int, int]]] = {}
+    for index, ref in enumerate(refs):
+        if ref.numel:
+            dtype = ref.reduce_dtype
+            if dtype not in members:
+                members[dtype] = []
+                order.append(dtype)
+            members[dtype].append((index, ref.numel))
+    groups, own, others = [], [], []
+    offset_bytes = 0
+    for g, dtype in enumerate(order):
+        length = sum(n for _, n in members[dtype])
+        groups.append(DtypeGroup(dtype, offset_bytes, length))
+        offset_bytes += -(-length * dtype.itemsize // ALIGN) * ALIGN
+        bounds = np.cumsum([0] + split_counts(length, local_size)).tolist()
+        at = 0
+        for index, n in members[dtype]:
+            for owner in range(local_size):
+                lo, hi = max(at, bounds[owner]), min(at + n, bounds[owner + 1])
+                if lo < hi:
+                    piece = Piece(index, lo - at, hi - at, g, lo, owner)
+                    (own if owner == local_rank else others).append(piece)
+            at += n
+    return ShmPlan(tuple(groups), tuple(own), tuple(others), offset_bytes)
+
+
+class ShmGroup:
+    """The job's ranks on one host sharing a control block and one data arena per rank."""
+
+    def __init__(self, comm: MPI.Comm, watchdog, oversubscribed: bool):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.watchdog = watchdog
+        self.oversubscribed = oversubscribed
+        self.epoch = 0
+        self.ctl_win = MPI.Win.Allocate_shared(SLOT_BYTES, 1, comm=comm)
+        self.ctl_win.Lock_all(MPI.MODE_NOCHECK)
+        self.slots = [self._query(self.ctl_win, r, np.int64) for r in range(self.size)]
+        self.mine = self.slots[self.rank]
+        self.mine[:] = 0
+        self.data_win: Optional[MPI.Win] = None
+        self.arenas: List[np.ndarray] = []
+        self.capacity = 0
+        self.generation = 0
+        self.plans: Dict[tuple, Tuple[ShmPlan, int, list]] = {}
+        self.ctl_win.Sync()
+        comm.Barrier()
+
+    @staticmethod
+    def _query(win: MPI.Win, rank: int, dtype) -> np.ndarray:
+        buf, _ = win.Shared_query(rank)
+        return np.frombuffer(buf, dtype=np.uint8).view(dtype)
+
+    # -- synchronisation ------------------------------------------------------------------
+    def barrier(self, digest: int = 0) -> bool:
+        """Wait for every local rank; True when all of them passed the same `digest`."""
+        self.epoch = e = self.epoch + 1
+        cell = 1 + (e & 1)
+        mine = self.mine
+        mine[cell] = digest
+        self.ctl_win.Sync()
+        mine[0] = e
+        slots = self.slots
+        for slot in slots:
+            if slot[0] < e:
+                self._wait(e)
+                break
+        self.ctl_win.Sync()
+        return all(slot[cell] == digest for slot in slots)
+
+    def _wait(self, e: int) -> None:
+        slots, watchdog = self.slots, self.watchdog
+        start = time.perf_counter()
+        watchdog.waiting_since = start
+        spins = 0
+        try:
+            while True:
+                if all(slot[0] >= e for slot in slots):
+                    return
+                spins += 1
+                if spins & 7 == 0:
+                    now = time.perf_counter()
+                    waited = now - start
+                    if not watchdog.threaded:
+                        watchdog.check(now)
+                    if waited > SLEEP_AFTER_S:
+                        time.sleep(0.0005)  # a long wait: stop burning a core
+                    elif self.oversubscribed or waited > SPIN_BEFORE_YIELD_S:
+                        os.sched_yield()  # let a peer rank (or the watchdog thread) run
+        finally:
+            watchdog.waiting_since = None
+
+    # -- the data arena -------------------------------------------------------------------
+    def ensure(self, nbytes: int) -> None:
+        """Grow every rank's arena to at least `nbytes` (collective: call with the same size)."""
+        if nbytes <= self.capacity:
+            return
+        capacity = max(MIN_ARENA, nbytes, 2 * self.capacity)
+        self._free_data()
+        self.data_win = MPI.Win.Allocate_shared(capacity, 1, comm=self.comm)
+        self.data_win.Lock_all(MPI.MODE_NOCHECK)
+        self.arenas = [self._query(self.data_win, r, np.uint8) for r in range(self.size)]
+        self.capacity = capacity
+        self.generation += 1
+        self.plans.clear()
+
+    def _free_data(self) -> None:
+        if self.data_win is not None:
+            self.arenas = []
+            self.data_win.Unlock_all()
+            self.data_win.Free()
+            self.data_win = None
+            self.capacity = 0
+
+    def free(self) -> None:
+        """Release both windows (collective over the host's ranks)."""
+        self._free_data()
+        self.slots = []
+        self.mine = None
+        self.ctl_win.Unlock_all()
+        self.ctl_win.Free()
+        self.comm.Free()
+
+    def views(self, shm_plan: ShmPlan) -> List[List[np.ndarray]]:
+        """views[rank][group]: a typed view of that rank's arena for one dtype group."""
+        return [[arena[g.byte_offset:g.byte_offset + g.length * g.dtype.itemsize].view(g.dtype)
+                 for g in shm_plan.groups] for arena in self.arenas]
+
+    def plan_for(self, refs: Sequence[TensorRef]) -> Tuple[ShmPlan, List[List[np.ndarray]]]:
+        key = tuple((r.numel, r.reduce_dtype) for r in refs)
+        cached = self.plans.get(key)
+        if cached is None or cached[1] != self.generation:
+            shm_plan = plan(refs, self.size, self.rank)
+            self.ensure(shm_plan.nbytes)
+            if len(self.plans) > 256:
+                self.plans.clear()
+            cached = (shm_plan, self.generation, self.views(shm_plan))
+            self.plans[key] = cached
+        return cached[0], cached[2]
+
+    # -- allreduce ------------------------------------------------------------------------
+    def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
+        """Reduce `refs` in place across the host's ranks (call right after an agreement).
+
+        With an enabled timeline: PACK (publish), ALLREDUCE (both barriers and the reduction of
+        this rank's slice; algorithm "shm") and UNPACK (gather) spans.
+        """
+        shm_plan, views = self.plan_for(refs)
+        if not shm_plan.groups:
+            return
+        t0 = time.perf_counter()
+        mine = views[self.rank]
+        ufunc = UFUNCS[op]
+        # 1. publish what the other ranks reduce; my own slice, widened if it must be
+        for p in shm_plan.others:
+            ref = refs[p.tensor]
+            dst = mine[p.group][p.offset:p.offset + p.stop - p.start]
+            if ref.widened:
+                widen(ref.flat[p.start:p.stop], ref.dtype, dst)
+            else:
+                np.copyto(dst, ref.flat[p.start:p.stop])
+        for p in shm_plan.own:
+            ref = refs[p.tensor]
+            if ref.widened:
+                widen(ref.flat[p.start:p.stop], ref.dtype, mine[p.group][p.offset:p.offset + p.stop - p.start])
+        t1 = time.perf_counter()
+        self.barrier()
+        # 2. reduce my slice from every peer's arena, into my arena and my tensors
+        peers = [views[r] for r in range(self.size) if r != self.rank]
+        for p in shm_plan.own:
+            ref = refs[p.tensor]
+            lo, hi = p.offset, p.offset + p.stop - p.start
+            acc = mine[p.group][lo:hi]
+            base = acc if ref.widened else ref.flat[p.start:p.stop]
+            for peer in peers:
+                ufunc(base, peer[p.group][lo:hi], out=acc)
+                base = acc
+            self._store(ref, acc, p, scale)
+        self.barrier()
+        t2 = time.perf_counter()
+        # 3. gather the other slices from their owners
+        for p in shm_plan.others:
+            src = views[p.owner][p.group][p.offset:p.offset + p.stop - p.start]
+            self._store(refs[p.tensor], src, p, scale)
+        if timeline is not None and timeline.enabled:
+            nbytes = sum(g.length * g.dtype.itemsize for g in shm_plan.groups)
+            timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})
+            timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm", "bytes": nbytes, "op": op,
+                                                         "dtype": ",".join(g.dtype.name for g in shm_plan.groups)})
+            timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
+
+    @staticmethod
+    def _store(ref: TensorRef, src: np.ndarray, p: Piece, scale: Optional[float]) -> None:
+        dst = ref.flat[p.start:p.stop]
+        if ref.widened:
+            narrow(src, ref.dtype, dst, scale)
+        elif scale is not None:
+            np.divide(src, scale, out=dst)
+        else:
+            np.copyto(dst, src)
+
+
+def open_group(world: MPI.Comm, one_node: bool, enabled: bool, watchdog,
+               oversubscribed: bool) -> Optional[ShmGroup]:
+    """The shared-memory group when the whole job is one node of one host, else None (collective).
+
+    `one_node`: the job's grouping puts every rank on one node (False under DDL_EMULATE_NODES=K>1
+    or a mode string with several nodes: emulated nodes must not share memory).  Every rank
+    takes the same decision; if the windows cannot be allocated anywhere, nobody uses them.
+    """
+    if world.Get_size() == 1:
+        return None
+    host = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
+    usable = bool(enabled and one_node and host.Get_size() == world.Get_size())
+    if not world.allreduce(usable, op=MPI.LAND):
+        host.Free()
+        return None
+    group, error = None, None
+    try:
+        group = ShmGroup(host, watchdog, oversubscribed)
+    except Exception as exc:  # noqa: BLE001 - fall back to the MPI path on every rank
+        error = exc
+    if not world.allreduce(error is None, op=MPI.LAND):
+        if group is not None:
+            group.free()
+        else:
+            host.Free()
+        return None
+    return group

@@ -1,0 +1,107 @@
+"""The shared-memory path of a one-host job: values, fallbacks, segment hygiene.
+
+`shm_job.py values`: rank-dependent tensors of every dtype through allreduce_n / allreduce /
+allreduce_n_async, each result compared with the MPI path (mpi=True) or the exact value; a
+mismatch still raises on every rank; then the arena grows.  Rank 0 prints one SUMMARY line
+with every rank's verdict, whether it used shared memory, and the files behind its mappings.
+`shm_job.py crash`: after one shared-memory allreduce, rank 1 dies while rank 0 waits for it
+in the next one; rank 0 prints the files behind its mappings first (the test checks they are gone).
+"""
+import json
+import sys
+
+import ml_dtypes
+import numpy as np
+from mpi4py import MPI
+
+import ddl_runtime as ddl
+from ddl_runtime import runtime as _rt
+
+ddl.init()
+R, N = ddl.rank(), ddl.size()
+rt = _rt.current()
+mode = sys.argv[1]
+
+
+def backing_files():
+    """The file behind every mapping of the shared windows ('' = anonymous)."""
+    shm = rt.shm
+    if shm is None:
+        return []
+    arrays = list(shm.arenas) + list(shm.slots)
+    maps = [line.split() for line in open("/proc/self/maps")]
+    files = []
+    for arr in arrays:
+        addr = arr.__array_interface__["data"][0]
+        for fields in maps:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= addr < hi:
+                files.append(" ".join(fields[5:]))
+    return files
+
+
+failures = []
+
+
+def check(name, got, want):
+    if not np.array_equal(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)):
+        failures.append(f"{name}: got {np.asarray(got).ravel()[:4]}, want {np.asarray(want).ravel()[:4]}")
+
+
+if mode == "values":
+    total = sum(range(1, N + 1))
+    shapes = [(3,), (1000, 37), (0,), (5, 1), (200_001,), (2, 3, 4)]
+    dtypes = [np.float32, np.float64, np.int32, np.int64, np.float16, np.dtype(ml_dtypes.bfloat16)]
+    for op in ("sum", "avg"):
+        for dtype in dtypes:
+            if op == "avg" and np.dtype(dtype).kind == "i":
+                continue
+            ts = [(np.arange(int(np.prod(s))) % 7 + R + 1).astype(dtype).reshape(s) for s in shapes]
+            ref = [t.copy() for t in ts]
+            names = [f"{np.dtype(dtype).name}.{i}" for i in range(len(ts))]
+            out = ddl.allreduce_n(ts, op=op, names=names)
+            ddl.allreduce_n(ref, op=op, mpi=True, names=names)
+            for name, a, b in zip(names, out, ref):
+                check(f"{op} {name} vs mpi=True", a.astype(np.float64), b.astype(np.float64))
+    # exact values (integers survive every path): the sum of rank+1
+    x = np.full(10, R + 1, np.int64)
+    check("allreduce_n int64 exact", ddl.allreduce_n([x])[0], np.full(10, total))
+    check("allreduce max", ddl.allreduce(np.array([R, -R], np.float64), op="max"), [N - 1, 0])
+    check("allreduce min", ddl.allreduce(np.array([R, -R], np.int32), op="min"), [0, -(N - 1)])
+    check("allreduce scalar avg", [ddl.allreduce(float(R), op="avg")], [sum(range(N)) / N])
+    h = ddl.allreduce_n_async([np.full(4, R + 1.0, np.float32)], op="avg", names=["async"])
+    check("allreduce_n_async", h.wait()[0], np.full(4, total / N))
+    check("check= passes", ddl.allreduce_n([np.full(3, R + 1.0)], check=1e-6, names=["c"])[0], np.full(3, total))
+    try:  # a mismatch is still named, on every rank
+        ddl.allreduce_n([np.zeros(4 + R, np.float32)], names=["w"])
+        failures.append("no mismatch error")
+    except ddl.DDLMismatchError as exc:
+        if "tensor 'w' differs across ranks" not in str(exc):
+            failures.append(f"mismatch message: {exc}")
+    try:  # different collectives on different ranks
+        if R == 0:
+            ddl.barrier()
+        else:
+            ddl.allreduce_n([np.zeros(2)], names=["v"])
+        failures.append("no mismatch error for different collectives")
+    except ddl.DDLMismatchError as exc:
+        if "ranks call different collectives" not in str(exc):
+            failures.append(f"mismatch message: {exc}")
+    capacity = rt.shm.capacity if rt.shm else 0
+    big = np.full(6_000_000, R + 1.0, np.float32)  # 24 MB: the arena grows, collectively
+    check("after growth", ddl.allreduce_n([big], names=["big"])[0][::1_000_000], np.full(6, float(total)))
+    mine = {"rank": R, "shm": rt.shm is not None, "grew": bool(rt.shm and rt.shm.capacity > capacity),
+            "files": backing_files(), "algorithm": ddl.algorithm(), "failures": failures}
+    summary = MPI.COMM_WORLD.gather(mine, root=0)
+    if R == 0:
+        sys.stdout.write("SUMMARY " + json.dumps(summary) + "\n")
+elif mode == "crash":
+    ddl.allreduce_n([np.ones(300_000, np.float32)], names=["g"])
+    if R == 0:
+        sys.stdout.write("FILES " + json.dumps(backing_files()) + "\n")
+        sys.stdout.flush()
+    ddl.barrier()
+    if R == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+    ddl.allreduce_n([np.ones(300_000, np.float32)], names=["g"])
+    sys.stdout.write("NOT REACHED\n")

@@ -1,0 +1,117 @@
+"""The shared-memory agreement and allreduce of one-host jobs (ddl_runtime/shm.py)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ddl_runtime.buffers import as_tensor
+from ddl_runtime.errors import DDLInputError
+from ddl_runtime.jobenv import JobEnvironment
+from ddl_runtime.shm import plan
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _summary(result, n):
+    (summary,) = result.json_lines("SUMMARY ")
+    assert sorted(s["rank"] for s in summary) == list(range(n))
+    failures = [f"rank {s['rank']}: {f}" for s in summary for f in s["failures"]]
+    assert not failures, "\n".join(failures[:40])
+    assert result.returncode == 0, result.stderr[-2000:]
+    return summary
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_one_host_job_reduces_through_shared_memory(run_mpi, n):
+    """Every dtype and op agrees with the MPI path; the windows' files are unlinked while mapped."""
+    summary = _summary(run_mpi(n, "shm_job.py", "values", timeout=120), n)
+    for s in summary:
+        assert s["shm"] and s["grew"] and s["algorithm"] == "flat"
+        assert s["files"], "no mapping found for the shared windows"
+        for f in s["files"]:  # anonymous, or a file already removed: nothing can leak into /dev/shm
+            assert f == "" or f.endswith("(deleted)"), f
+
+
+@pytest.mark.parametrize("n, env", [(4, {"DDL_EMULATE_NODES": "2"}), (2, {"DDL_EMULATE_NODES": "2"}),
+                                    (2, {"DDL_SHM": "0"}), (4, {"DDL_OPTIONS": "-mode p:2x2"})])
+def test_emulated_nodes_and_opt_out_take_the_mpi_path(run_mpi, n, env):
+    """Ranks of different (emulated) nodes never share memory; DDL_SHM=0 turns the path off."""
+    summary = _summary(run_mpi(n, "shm_job.py", "values", env=env, timeout=120), n)
+    assert not any(s["shm"] for s in summary)
+    if n == 4:
+        assert all(s["algorithm"] == "hierarchical" for s in summary)
+
+
+def test_a_rank_dying_during_a_shared_memory_wait_ends_the_job_and_leaves_no_segment(run_mpi):
+    result = run_mpi(2, "shm_job.py", "crash", timeout=60)
+    assert result.returncode != 0
+    assert "NOT REACHED" not in result.stdout
+    assert "uncaught exception: RuntimeError: rank 1 fails on purpose" in result.stderr
+    (files,) = result.json_lines("FILES ")
+    assert files
+    for f in files:
+        path = f.replace(" (deleted)", "")
+        assert not path or not os.path.exists(path), f"{path} left behind"
+
+
+def test_plan_covers_every_element_once_and_slices_are_contiguous():
+    refs = [as_tensor(np.zeros(s, dt), f"t{i}") for i, (s, dt) in
+            enumerate([(5, np.float32), (0, np.float32), (9, np.float64), (4, np.float16), (13, np.float32)])]
+    for size in (1, 2, 3, 4):
+        pieces_by_rank = [plan(refs, size, r) for r in range(size)]
+        groups = pieces_by_rank[0].groups
+        assert [g.dtype for g in groups] == [np.dtype(np.float32), np.dtype(np.float64)]  # float16 -> float32
+        assert [g.length for g in groups] == [5 + 4 + 13, 9]
+        assert all(g.byte_offset % 64 == 0 for g in groups)
+        for r, p in enumerate(pieces_by_rank):
+            assert all(piece.owner == r for piece in p.own)
+            seen = {}
+            for piece in p.own + p.others:
+                for k in range(piece.start, piece.stop):
+                    key = (piece.tensor, k)
+                    assert key not in seen
+                    seen[key] = piece.offset + k - piece.start
+            assert len(seen) == 5 + 9 + 4 + 13
+        for g in range(len(groups)):  # each rank owns one contiguous run of every dtype group
+            owned = [sorted(k for piece in p.own if piece.group == g
+                            for k in range(piece.offset, piece.offset + piece.stop - piece.start))
+                     for p in pieces_by_rank]
+            flat = [k for run in owned for k in run]
+            assert flat == list(range(groups[g].length))
+
+
+def test_ddl_shm_setting():
+    assert JobEnvironment.from_environ({}).shared_memory is True
+    assert JobEnvironment.from_environ({"DDL_SHM": "off"}).shared_memory is False
+    with pytest.raises(DDLInputError, match="DDL_SHM='maybe' must be 1 or 0"):
+        JobEnvironment.from_environ({"DDL_SHM": "maybe"})
+
+
+SINGLE = r"""
+import numpy as np, torch, torch.distributed as dist
+import ddl_runtime as ddl
+from ddl_runtime import gpu, runtime as _rt
+ddl.init()
+rt = _rt.current()
+rt.engine.submit = None  # one rank: the reduction is the identity, no bucket may be started
+x = np.arange(6, dtype=np.float32); t = torch.arange(4, dtype=torch.bfloat16)
+ddl.allreduce_n([x, t], op="avg"); ddl.allreduce_n([x], op="sum", check=1e-6)
+ddl.allreduce_n_async([t], op="avg").wait(); ddl.allreduce(x, op="max")
+assert np.array_equal(x, np.arange(6)) and torch.equal(t, torch.arange(4, dtype=torch.bfloat16))
+assert rt.shm is None
+gpu._nccl_group(rt, backend="gloo")  # what the runtime creates for device tensors (gloo stands in for NCCL)
+assert dist.is_initialized()
+ddl.finalize()
+assert not dist.is_initialized(), "finalize left the process group it created"
+print("OK")
+"""
+
+
+def test_one_rank_is_the_identity_and_finalize_destroys_the_process_group_it_created():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDL_", "PMI_", "OMPI_", "HYDRA_"))}
+    env["PYTHONPATH"] = REPO
+    proc = subprocess.run([sys.executable, "-c", SINGLE], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-2000:]
+    assert "destroy_process_group" not in proc.stderr
