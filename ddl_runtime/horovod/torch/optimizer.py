@@ -28,7 +28,6 @@ import contextlib
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-import numpy as np
 import torch
 
 import ddl_runtime as _ddl
@@ -268,7 +267,7 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         values = _allgather(grad.values().contiguous(), f"{name}.values", self._hvd_process_set)
         if self._hvd_average:
             values = values / self._hvd_members
-        total = torch.sparse_coo_tensor(indices.t(), values, grad.size()).coalesce()
+        total = torch.sparse_coo_tensor(indices.t(), values, grad.size(), check_invariants=False).coalesce()
         p.grad.zero_().add_(total)
 
     @contextlib.contextmanager
@@ -327,7 +326,13 @@ def _is_global(process_set: Any, common: Any) -> bool:
 
 def _split(items: Sequence[Any], n: int) -> List[List[Any]]:
     """``items`` in ``n`` contiguous parts whose lengths differ by at most one (first ones longer)."""
-    return [list(part) for part in np.array_split(np.array(items, dtype=object), n)] if items else []
+    base, extra = divmod(len(items), n)
+    parts, start = [], 0
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0)
+        parts.append(list(items[start:end]))
+        start = end
+    return parts
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Optional[Iterable] = None,

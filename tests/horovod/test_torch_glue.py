@@ -1,0 +1,30 @@
+"""Horovod's torch DistributedOptimizer, broadcast/allgather helpers, SyncBatchNorm and the
+dynamic timeline, on 2 real ranks under ``ddlrun --horovod`` (the script imports
+``horovod.torch``).  One job runs every case; each test checks its case on every rank."""
+import pytest
+
+from torch_glue_helpers import PROGRAMS, ddlrun
+
+RANKS = 2
+CASES = ["shim_is_the_runtime", "average", "sum_op", "predivide_factor", "groups", "fp16_compression",
+         "backward_passes_per_step", "force_allreduce_unused_parameter", "synchronize_clip_skip",
+         "zero_grad_in_flight", "bad_arguments", "parameter_names_without_named_parameters",
+         "sparse_gradients", "broadcast_functions", "sync_batch_norm", "dynamic_timeline",
+         "process_set_optimizer"]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tl = tmp_path_factory.mktemp("timeline")
+    run = ddlrun(["--horovod", "-n", str(RANKS), "python", str(PROGRAMS / "torch_glue_cases.py"), *CASES],
+                 env={"HOROVOD_TIMELINE": "DYNAMIC", "TIMELINE_DIR": str(tl)})
+    assert run.returncode == 0, run.output
+    return run
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case_on_every_rank(job, case):
+    results = job.results().get(case, {})
+    assert sorted(results) == list(range(RANKS)), f"{case}: no result from some rank\n{job.output}"
+    failures = {r: v for r, v in results.items() if v != "ok"}
+    assert not failures, f"{case}: {failures}"
