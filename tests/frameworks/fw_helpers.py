@@ -70,3 +70,18 @@ def run(n: Optional[int], script: Path, *args: str, timeout: float = 150, env: O
 def read_json(path: Path) -> dict:
     with open(path) as fh:
         return json.load(fh)
+
+
+def ddlrun(n: int, script: Path, *args: str, timeout: float = 150, env: Optional[dict] = None) -> Run:
+    """Run `script` on n ranks through the real `ddlrun` launcher (this interpreter's), with a timeout."""
+    launcher = Path(sys.executable).parent / "ddlrun"
+    cmd = [str(launcher) if launcher.exists() else shutil.which("ddlrun") or "ddlrun",
+           "-n", str(n), sys.executable, str(script), *args]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=str(REPO))
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (a hang?)\n{out[-3000:]}\n{err[-3000:]}")
+    return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
