@@ -42,7 +42,7 @@ def clean_env(extra: Optional[dict] = None) -> dict:
     env["OMP_NUM_THREADS"] = "1"
     env["DDL_STALL_SHUTDOWN_S"] = "60"  # a hang becomes an abort, not a stuck test
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if v is not None}  # None in `extra` removes a variable
 
 
 def ddlrun(args: Sequence[str], env: Optional[dict] = None, timeout: float = 240, cwd: Optional[Path] = None) -> Job:
