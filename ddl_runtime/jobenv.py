@@ -109,9 +109,9 @@ def detect_launcher(env: Mapping[str, str] = os.environ) -> LauncherInfo:
         return LauncherInfo("openmpi", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
                             _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
     if "PALS_RANKID" in env:
-        # HPE PALS (mpiexec on Polaris/Aurora): PALS_* per rank, PMI_SIZE from Cray PMI
+        # HPE PALS (mpiexec on Polaris/Aurora): PALS_* per rank, PMI_SIZE/PMI_LOCAL_SIZE from Cray PMI
         return LauncherInfo("pals", _int(env, "PALS_RANKID"), _int(env, "PMI_SIZE"),
-                            _int(env, "PALS_LOCAL_RANKID"), _int(env, "PALS_LOCAL_SIZE"), _int(env, "PALS_NODEID"))
+                            _int(env, "PALS_LOCAL_RANKID"), _int(env, "PMI_LOCAL_SIZE"), _int(env, "PALS_NODEID"))
     if "PMI_RANK" in env and "MPI_LOCALRANKID" in env:
         return LauncherInfo("hydra", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"),
                             _int(env, "MPI_LOCALRANKID"), _int(env, "MPI_LOCALNRANKS"))
