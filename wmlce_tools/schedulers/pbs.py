@@ -22,7 +22,7 @@ from typing import List, Optional
 
 from ..errors import WmlError
 from ..walltime import hhmmss
-from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Scheduler, StatusQuery,
+from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
                register, tool_failure)
 
 _REPLY = re.compile(r"^(\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?)$")
@@ -33,6 +33,16 @@ _FINISHED = re.compile(r"Job has finished|Request invalid for state of job", re.
 STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "T": "PENDING", "M": "PENDING",
           "B": "RUNNING", "R": "RUNNING", "E": "RUNNING", "S": "RUNNING", "U": "RUNNING",
           "X": "COMPLETED", "F": "COMPLETED"}
+#: the PBS server as qsub/qstat/qdel see it; ``qstat -B`` (the server's own status) is its cheap
+#: question.  Its clients say ``cannot connect to server HOST (errno=15010)`` /
+#: ``Connection refused`` / ``pbs_connect`` failures when it is down.
+CONTROLLER = Controller(
+    name="the PBS server",
+    probe=("qstat", "-B"),
+    busy=re.compile(r"server busy|try again", re.I),
+    unreachable=re.compile(r"cannot connect to server|Connection refused|pbs_connect|Communication failure", re.I),
+    check="that the PBS server answers on this login node (qstat -B; PBS_SERVER or /etc/pbs.conf names it)",
+)
 #: negative Exit_status codes (PBS Pro job.h, JOB_EXEC_*) that mean a resource limit was hit
 WALLTIME_CODES = {-29}
 
@@ -82,6 +92,7 @@ class PBS(Scheduler):
     template = "pbs.sh.j2"
     submit_tool = "qsub"
     missing_hint = "run this on a login node of the PBS machine (Polaris, Aurora), or use --dry-run"
+    controller = CONTROLLER
 
     def submit_argv(self, script: Path):
         return ["qsub", str(script)]
@@ -110,7 +121,7 @@ class PBS(Scheduler):
         if _UNKNOWN.search(stderr + stdout):
             return None
         if returncode != 0:
-            raise tool_failure(["qstat"], stdout, stderr, returncode)
+            raise tool_failure(["qstat"], stdout, stderr, returncode, self.controller)
         job = self._job_record(stdout)
         if job is None:
             return None
@@ -148,5 +159,5 @@ class PBS(Scheduler):
         if _UNKNOWN.search(text):
             return CANCEL_UNKNOWN
         if returncode != 0:
-            raise tool_failure(["qdel"], stdout, stderr, returncode)
+            raise tool_failure(["qdel"], stdout, stderr, returncode, self.controller)
         return CANCEL_REQUESTED
