@@ -97,8 +97,11 @@ Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to
 Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
 After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
 RackContiguous = Annotated[bool, typer.Option("--rack-contiguous", help="LSF expert mode: nodes in as few racks as possible.")]
+AllocFlags = Annotated[Optional[List[str]], typer.Option("--alloc-flags", help="LSF -alloc_flags words beside the SMT level, which follows --threads-per-core (e.g. 'gpumps NVME'; repeatable).")]
+GpuBinding = Annotated[Optional[str], typer.Option("--gpu-binding", help="per-rank: each rank sees only its GPUs; local-rank: one resource set per node with all its GPUs visible (CUDA IPC between them), each rank picks its GPU by local rank (default: the site's).")]
 Horovod = Annotated[bool, typer.Option("--horovod", help="Run a Horovod script unchanged: 'import horovod.torch' (.tensorflow, .keras) gives ddl_runtime's Horovod API (exports WML_HOROVOD=1 for ddlrun).")]
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
+OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
 
 
 def _horovod_exports(export, horovod: bool):
@@ -107,7 +110,8 @@ def _horovod_exports(export, horovod: bool):
 
 
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-          queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program):
+          queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
+          alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None):
     from .jobscript import plan_job
     from .resources import ResourceRequest, parse_exports
     from .site.registry import choose_site
@@ -121,9 +125,13 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
         walltime=parse_walltime(walltime) if walltime is not None else None,
         queue=queue, project=project, job_name=job_name, output=output, error=error,
         after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
-        rack_contiguous=rack_contiguous)
-    base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
-    return plan_job(profile, req, program, jobdir=new_jobdir(base.absolute(), job_name))
+        rack_contiguous=rack_contiguous,
+        alloc_flags=tuple(w for text in alloc_flags or () for w in text.replace(",", " ").split()),
+        gpu_binding=gpu_binding)
+    if jobdir is None:
+        base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
+        jobdir = new_jobdir(base.absolute(), job_name)
+    return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive)
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
@@ -132,23 +140,29 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
-           after: After = None, rack_contiguous: RackContiguous = False) -> None:
-    """Print the job script for PROGRAM on a site (writes and submits nothing)."""
+           after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
+           gpu_binding: GpuBinding = None) -> None:
+    """Print the job script for PROGRAM on a site (writes and submits nothing).
+
+    The script's output and error files go to the current directory (it exists when you
+    submit the printed script from here); `wml submit` gives each job its own directory."""
     from .jobscript import render_script
 
     export = _horovod_exports(export, horovod)
     plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
+                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
+                 alloc_flags, gpu_binding, jobdir=Path.cwd().absolute())
     sys.stdout.write(render_script(plan))
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
-def submit(program: Program, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
+def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
            gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
-           after: After = None, rack_contiguous: RackContiguous = False,
+           after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
+           gpu_binding: GpuBinding = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
@@ -162,7 +176,8 @@ def submit(program: Program, site: Site = None, horovod: Horovod = False, nodes:
 
     export = _horovod_exports(export, horovod)
     plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program)
+                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
+                 alloc_flags, gpu_binding, interactive=interactive)
     if interactive:
         from .interactive import run_interactive
 

@@ -20,15 +20,17 @@ def interactive_directives(plan: JobPlan) -> list[str]:
         d = ["-nnodes", str(lay.nodes), "-W", hhmm(wall), "-q", plan.queue, "-J", req.job_name]
         if req.project:
             d += ["-P", req.project]
-        if plan.site.alloc_flags:
-            d += ["-alloc_flags", plan.site.alloc_flags]
+        if plan.alloc_flags:
+            d += ["-alloc_flags", plan.alloc_flags]
         return d
     if sched == "slurm":
         d = [f"--nodes={lay.nodes}", f"--ntasks-per-node={lay.ranks_per_node}",
-             f"--cpus-per-task={lay.cores_per_rank * lay.threads_per_core}", f"--time={hhmmss(wall)}",
+             f"--cpus-per-task={lay.cpus_per_rank}", f"--time={hhmmss(wall)}",
              f"--{plan.site.slurm.queue_option}={plan.queue}", f"--job-name={req.job_name}"]
         if plan.site.slurm.constraint:
             d.append(f"--constraint={plan.site.slurm.constraint}")
+        if lay.node_spec.threads_per_core > 1:     # as srun asks it: see templates/slurm.sh.j2
+            d.append(f"--threads-per-core={lay.threads_per_core}")
         if lay.gpus_per_node:
             d.append(f"--gpus-per-node={lay.gpus_per_node}")
         if req.project:
@@ -38,8 +40,8 @@ def interactive_directives(plan: JobPlan) -> list[str]:
         d = ["-n", str(lay.nodes), "-t", str(wall), "-q", plan.queue]
         if req.project:
             d += ["-A", req.project]
-        if plan.site.attrs:
-            d += ["--attrs", plan.site.attrs]
+        if plan.attrs:
+            d += ["--attrs", plan.attrs]
         return d
     if sched == "pbs":
         from .schedulers.pbs import resource_list

@@ -7,6 +7,7 @@ so ``wml render`` and ``wml submit --dry-run`` stay fast.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from .quoting import check_directive_value, check_job_name, check_module, commen
 from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
-from .site.schema import SiteProfile
+from .site.schema import SiteProfile, replace
 from .walltime import hhmm, hhmmss
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
@@ -53,14 +54,31 @@ class JobPlan:
     exports: Tuple[Tuple[str, str], ...]
 
     @property
+    def alloc_flags(self) -> Optional[str]:
+        """LSF ``-alloc_flags``: the site's, its SMT word (``smt4``) set to the job's threads
+        per core (OLCF: "smt1, smt2, smt4"), then the user's ``--alloc-flags``."""
+        words = (self.site.alloc_flags or "").split()
+        words = [f"smt{self.layout.threads_per_core}" if re.fullmatch(r"(?i)smt\d+", w) else w for w in words]
+        words += [w for w in self.request.alloc_flags if w not in words]
+        return " ".join(words) or None
+
+    @property
+    def attrs(self) -> Optional[str]:
+        """Cobalt ``--attrs``: the queue's (its nodes' memory mode), else the site's."""
+        q = self.site.queues.get(self.queue) if self.queue else None
+        return (q.attrs if q is not None and q.attrs else None) or self.site.attrs
+
+    @property
     def ddlrun_argv(self) -> List[str]:
         lay = self.layout
-        argv = [_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
+        argv = [*_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node),
                 "--gpus-per-rank", str(lay.gpus_per_rank),
                 "--cores-per-rank", str(lay.cores_per_rank),
                 "--threads-per-core", str(lay.threads_per_core),
                 "--mode", lay.mode]
+        if self.request.gpu_binding:
+            argv += ["--gpu-binding", self.site.gpu_binding]
         if lay.emulated:
             argv += ["--emulate-nodes", str(lay.nodes)]
         for key, _ in self.exports:
@@ -80,17 +98,23 @@ class JobPlan:
         return launch_command(self.layout, ctx, self.program)
 
 
-def _ddlrun_exe(site: SiteProfile) -> str:
-    """``ddlrun`` as the job will find it: on the local site the one beside this Python (the
-    venv may not be on PATH); elsewhere from PATH after the modules are loaded."""
-    if site.scheduler == "local":
-        beside = Path(sys.executable).parent / "ddlrun"
-        if beside.exists():
-            return str(beside)
-    return "ddlrun"
+def _ddlrun_exe(site: SiteProfile) -> List[str]:
+    """wml's own ``ddlrun``, by absolute path: the one beside this Python (the venv need not be
+    on the job's PATH), else the one on PATH, else this Python running the module.  Never a
+    bare ``ddlrun``: on Summit ``module load ibm-wml-ce`` puts IBM's ddlrun first on PATH."""
+    beside = Path(sys.executable).parent / "ddlrun"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("ddlrun")
+    if found:
+        return [os.path.abspath(found)]
+    return [sys.executable, "-m", "wmlce_tools.ddlrun.cli"]
 
 
-def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path) -> Tuple[str, ...]:
+def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
+                     interactive: bool = False) -> Tuple[str, ...]:
+    if not argv and interactive:    # an interactive allocation runs a shell, not a program
+        return ()
     if not argv:
         raise WmlError("no program given: wml submit [OPTIONS] PROGRAM [ARGS]...")
     prog, args = argv[0], list(argv[1:])
@@ -121,9 +145,12 @@ def _env_activation(conda_env: Optional[str]) -> Tuple[str, ...]:
 
 
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
-             jobdir: Path, workdir: Optional[Path] = None) -> JobPlan:
-    """Validate everything about a job; raise WmlError naming the first problem."""
+             jobdir: Path, workdir: Optional[Path] = None, interactive: bool = False) -> JobPlan:
+    """Validate everything about a job; raise WmlError naming the first problem.
+    ``interactive``: an allocation for a shell (``wml submit --interactive``), no program needed."""
     workdir = workdir or Path.cwd()
+    if req.gpu_binding and req.gpu_binding != site.gpu_binding:
+        site = replace(site, gpu_binding=req.gpu_binding)
     check_job_name(req.job_name)
     for option, value in (("--project", req.project), ("--queue", req.queue),
                           ("--output", req.output), ("--error", req.error)):
@@ -140,10 +167,21 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     error = req.error or (req.output if req.output else default_err)
     for option, value in (("output path", output), ("error path", error)):
         check_directive_value(option, value)
+    if req.alloc_flags and site.scheduler != "lsf":
+        raise WmlError(f"--alloc-flags is an LSF option; {site.name} uses {site.scheduler}")
+    if req.gpu_binding and not site.node.gpus:
+        raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
     has_env = bool(req.conda_env or modules)
-    program = _resolve_program(argv, has_env, workdir)
+    program = _resolve_program(argv, has_env, workdir, interactive)
+    if site.project_required and not req.project:
+        raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
+                       "(the scheduler rejects a job without one)")
     env_lines = _env_activation(req.conda_env)
     exports: Dict[str, str] = dict(site.environment)
+    if site.scheduler != "local":
+        # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
+        # in every hybrid example; the launchers set nothing)
+        exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
     exports.update(req.export_dict)
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
                    queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
@@ -186,7 +224,7 @@ def render_script(plan: JobPlan) -> str:
         output_prefix=(str(plan.jobdir / plan.request.job_name)
                        if site.scheduler == "cobalt" and not plan.request.output else None),
         rack_contiguous=plan.request.rack_contiguous, racks=lay.racks if site.nodes_per_rack else 1,
-        slots=site.node.cores * lay.nodes, alloc_flags=site.alloc_flags, attrs=site.attrs,
+        slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
         modules=plan.modules, env_lines=plan.env_lines,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),

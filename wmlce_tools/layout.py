@@ -51,6 +51,13 @@ class Layout:
     nodes_per_rack: Optional[int] = None
     emulated: bool = False
     oversubscribed: bool = False
+    #: more ranks than cores (KNL: 128 ranks on 64 cores x 2 threads): ranks sharing each core
+    ranks_per_core: int = 1
+
+    @property
+    def cpus_per_rank(self) -> int:
+        """Hardware threads per rank (aprun -d, srun --cpus-per-task, OMP_NUM_THREADS)."""
+        return self.cores_per_rank * self.threads_per_core // self.ranks_per_core
 
     @property
     def size(self) -> int:
@@ -80,6 +87,10 @@ class Layout:
     def describe(self) -> str:
         g = f", {self.gpus_per_rank} GPU(s)" if self.gpus_per_rank else ""
         emu = " (emulated on this host)" if self.emulated else ""
+        if self.ranks_per_core > 1:
+            return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
+                    f"{self.ranks_per_core} ranks per core ({self.threads_per_core} hw threads), "
+                    f"{self.cpus_per_rank} hw thread(s) per rank")
         return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
                 f"{self.cores_per_rank} core(s) x {self.threads_per_core} hw thread(s) per rank")
 
@@ -102,7 +113,12 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
     node, emulated = _node_view(site, nodes)
     host_cores = site.node.cores
     G, C = node.gpus, node.cores
-    rpn = req.ranks_per_node or (G if G > 0 else 1)
+    if req.ranks_per_node:
+        rpn = req.ranks_per_node
+    elif G and req.gpus_per_rank:      # --gpus-per-rank 2 on 6 GPUs: 3 ranks per node
+        rpn = max(1, G // req.gpus_per_rank)
+    else:
+        rpn = G if G > 0 else 1
     if req.gpus_per_rank is not None:
         gpr = req.gpus_per_rank
     elif G and rpn > G:
@@ -120,9 +136,12 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
         raise LayoutError(
             f"{smt} hw threads per core requested but a {site.name} core has {node.threads_per_core}")
 
+    local = site.scheduler == "local"
+    if rpn > C and not local:
+        return _shared_cores_layout(site, req, node, nodes, rpn, gpr, smt)
+
     sockets = node.sockets
     per_socket = rpn % sockets == 0
-    local = site.scheduler == "local"
     fair = (node.cores_per_socket // (rpn // sockets)) if per_socket else C // rpn
     cpr = req.cores_per_rank or max(fair, 1 if local else 0)
     if cpr < 1:
@@ -162,30 +181,81 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
                   nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed)
 
 
+def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec, nodes: int,
+                         rpn: int, gpr: int, smt: int) -> Layout:
+    """More ranks per node than cores: each core's hw threads are split between ranks, as
+    aprun does with ``-N 128 -d 1 -j 2`` on a 64-core KNL (ALCF "Affinity on Theta")."""
+    C = node.cores
+    if site.launcher == "jsrun":
+        raise LayoutError(f"{rpn} ranks per node but a {site.name} node has only {C} usable cores "
+                          "(jsrun resource sets hold whole cores)")
+    rpc, rest = divmod(rpn, C)
+    if rest or rpc > smt or smt % rpc or (req.cores_per_rank or 1) != 1:
+        need = -(-rpn // C)
+        hint = (f"; give --threads-per-core {need} to place {need} ranks on each core"
+                if not rest and need <= node.threads_per_core and smt < need else "")
+        raise LayoutError(
+            f"{rpn} ranks per node on {C} cores x {smt} hw thread(s) per core: the ranks must fill "
+            f"the hw threads of every core evenly{hint}")
+    per_rank = smt // rpc
+    ranks = []
+    for n in range(nodes):
+        for lr in range(rpn):
+            core, slot = divmod(lr, rpc)
+            hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
+            gpus = tuple(lr * gpr + i for i in range(gpr))
+            ranks.append(RankSlot(len(ranks), n, lr, gpus, (core,), hw))
+    return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
+                  cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc)
+
+
+def _queue_walltime(site: SiteProfile, qname: str, nodes: int) -> Tuple[int, str]:
+    """A queue's walltime limit for a job of ``nodes`` nodes, and what sets it."""
+    q = site.queues[qname]
+    for b in q.walltime_bins:
+        if nodes <= b.max_nodes:
+            return parse_walltime(b.max_walltime), f"jobs of up to {b.max_nodes} nodes in queue {qname!r}"
+    return parse_walltime(q.max_walltime), f"queue {qname!r}"
+
+
+def _queue_refusal(site: SiteProfile, qname: str, req: ResourceRequest) -> Optional[str]:
+    """Why queue ``qname`` refuses ``req`` (None: it takes it)."""
+    q = site.queues[qname]
+    if req.nodes > q.max_nodes:
+        return f"{req.nodes} nodes is above the {q.max_nodes}-node limit of queue {qname!r} on {site.name}"
+    if req.nodes < q.min_nodes:
+        return f"{req.nodes} nodes is below the {q.min_nodes}-node minimum of queue {qname!r} on {site.name}"
+    limit, limit_why = _queue_walltime(site, qname, req.nodes)
+    wall = req.walltime if req.walltime is not None else min(limit, 60)
+    if wall > limit:
+        return f"walltime {hhmm(wall)} is above the {hhmm(limit)} maximum for {limit_why} on {site.name}"
+    if q.min_walltime and wall < parse_walltime(q.min_walltime):
+        return f"walltime {hhmm(wall)} is below the {q.min_walltime} minimum of queue {qname!r} on {site.name}"
+    return None
+
+
 def check_queue_limits(site: SiteProfile, req: ResourceRequest) -> Tuple[Optional[str], Optional[int]]:
     """Resolve the queue and walltime for ``req`` on ``site``; refuse what the queue refuses.
 
+    Without ``--queue``, a job the default queue refuses goes to the first queue of the
+    profile that takes it (Theta: fewer than 128 nodes go to debug-cache-quad); with
+    ``--queue``, a refusal names the queues that would take the job.
     Returns (queue name or None, walltime minutes or None)."""
     if site.scheduler == "local":
         return None, req.walltime
     qname = req.queue or site.default_queue
     if qname not in site.queues:
         raise WmlError(f"unknown queue {qname!r} on {site.name}; queues: {', '.join(site.queues)}")
-    q = site.queues[qname]
-    if req.nodes > q.max_nodes:
-        raise WmlError(f"{req.nodes} nodes is above the {q.max_nodes}-node limit of queue {qname!r} on {site.name}")
-    if req.nodes < q.min_nodes:
-        raise WmlError(f"{req.nodes} nodes is below the {q.min_nodes}-node minimum of queue {qname!r} on {site.name}")
-    limit = parse_walltime(q.max_walltime)
-    limit_why = f"queue {qname!r}"
-    for b in q.walltime_bins:
-        if req.nodes <= b.max_nodes:
-            limit = parse_walltime(b.max_walltime)
-            limit_why = f"jobs of up to {b.max_nodes} nodes in queue {qname!r}"
-            break
+    why = _queue_refusal(site, qname, req)
+    if why is not None:
+        fits = [n for n in site.queues if n != qname and _queue_refusal(site, n, req) is None]
+        if fits and req.queue is None:
+            qname = fits[0]
+        elif fits:
+            raise WmlError(f"{why}; queue(s) that take this job: {', '.join(fits)} (-q)")
+        else:
+            raise WmlError(why)
+    limit, _ = _queue_walltime(site, qname, req.nodes)
     wall = req.walltime if req.walltime is not None else min(limit, 60)
-    if wall > limit:
-        raise WmlError(f"walltime {hhmm(wall)} is above the {hhmm(limit)} maximum for {limit_why} on {site.name}")
-    if q.min_walltime and wall < parse_walltime(q.min_walltime):
-        raise WmlError(f"walltime {hhmm(wall)} is below the {q.min_walltime} minimum of queue {qname!r} on {site.name}")
     return qname, wall

@@ -30,6 +30,8 @@ class ResourceRequest:
     modules: Tuple[str, ...] = ()
     exports: Tuple[Tuple[str, str], ...] = ()
     rack_contiguous: bool = False
+    alloc_flags: Tuple[str, ...] = ()         # LSF -alloc_flags words beyond the SMT level (gpumps, NVME)
+    gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
 
     def __post_init__(self) -> None:
         for name in ("nodes", "ranks_per_node", "gpus_per_rank", "cores_per_rank", "threads_per_core", "walltime"):
@@ -43,6 +45,13 @@ class ResourceRequest:
         for key, _ in self.exports:
             if not ENV_NAME.match(key):
                 raise WmlError(f"--export {key!r}: not a valid environment variable name")
+        for word in self.alloc_flags:
+            if not re.match(r"^[A-Za-z0-9_.:=-]+$", word):
+                raise WmlError(f"--alloc-flags {word!r}: not an LSF allocation flag (letters, digits, _ . : = -)")
+            if re.match(r"^smt\d+$", word, re.I):
+                raise WmlError(f"--alloc-flags {word!r}: the SMT level follows --threads-per-core; give --threads-per-core {word[3:]}")
+        if self.gpu_binding not in (None, "per-rank", "local-rank"):
+            raise WmlError(f"--gpu-binding {self.gpu_binding!r}: expected per-rank or local-rank")
         if self.after is not None and not re.match(r"^[A-Za-z0-9_.\[\]-]+$", self.after):
             raise WmlError(f"--after {self.after!r}: not a job id")
 

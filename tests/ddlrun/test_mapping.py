@@ -94,7 +94,9 @@ def test_local_openmpi_rankfile(ddlrun):
 
 @pytest.mark.parametrize("site, env, nodes, extra", [
     ("summit", SUMMIT_ENV, 2, {}),
+    ("summit", SUMMIT_ENV, 2, {"gpu_binding": "local-rank"}),      # OLCF's DL layout
     ("theta", THETA_ENV, 2, {"ranks_per_node": 4, "threads_per_core": 2, "queue": "debug-cache-quad"}),
+    ("theta", THETA_ENV, 2, {"ranks_per_node": 128, "threads_per_core": 2}),   # aprun -N 128 -d 1 -j 2
     ("slurm-gpu", SLURM_ENV, 2, {"ranks_per_node": 2}),
     ("fakegpu", {}, 2, {"ranks_per_node": 2}),
     ("local", {}, 1, {}),
@@ -103,11 +105,12 @@ def test_job_script_and_ddlrun_agree(ddlrun, isolated_env, site_dir, monkeypatch
     """Run the exact ddlrun command a generated job script runs; its launch line must be the
     launcher line the script promises (JobPlan.launcher_argv) with the shim before the program."""
     monkeypatch.setenv("WML_SITE_PATH", str(site_dir))
-    req = ResourceRequest(nodes=nodes, exports=(("MY_VAR", "v 1"),), **extra)
+    req = ResourceRequest(nodes=nodes, exports=(("MY_VAR", "v 1"),), project="p1", **extra)
     plan = plan_job(get_site(site), req, ["python", "x.py"], jobdir=tmp_path / "job", workdir=tmp_path)
     (tmp_path / "x.py").write_text("")
     args = plan.ddlrun_argv[1:]
-    r = ddlrun(*args[:args.index("--")], "--dry-run", *args[args.index("--"):], env={**env, "MY_VAR": "v 1"})
+    exported = dict(plan.exports)          # the script exports these before it calls ddlrun
+    r = ddlrun(*args[:args.index("--")], "--dry-run", *args[args.index("--"):], env={**env, **exported})
     launch, shim, program = split(r)
     promised = plan.launcher_argv[:-len(plan.program)]
     if plan.site.launcher == "mpiexec":

@@ -297,3 +297,38 @@ def test_doubles_accept_attached_and_long_spellings(tmp_path):
     assert sorted(proc.stdout.split()) == ["0", "1"]
     rec = json.loads(log.read_text())
     assert rec["nrs"] == 2 and rec["bind"] == "packed:7" and rec["smpiargs"] == "-gpu"
+
+
+# -- issue 13: Summit fixes, executed -------------------------------------------------------
+
+def test_summit_script_runs_wmls_ddlrun_when_ibms_is_first_on_path(emu, tmp_path):
+    """``module load ibm-wml-ce`` puts IBM's ddlrun first on PATH (a TEST DOUBLE here that
+    fails loudly): the script still runs wml's, by absolute path."""
+    ibm = tmp_path / "ibm-wml-ce" / "bin"
+    ibm.mkdir(parents=True)
+    (ibm / "ddlrun").write_text("#!/bin/sh\necho 'IBM ddlrun (test double) must not run' >&2\nexit 97\n")
+    (ibm / "ddlrun").chmod(0o755)
+    script = emu.render("--site", "summit", "--nodes", "1", "--ranks-per-node", "2", "-P", "abc123", "-t", "10",
+                        str(PROGRAM))
+    script = script.replace("module load ibm-wml-ce\n", f"module load ibm-wml-ce\nexport PATH={ibm}:$PATH\n")
+    proc = emu.run(script, emu.lsf_env("701120", summit_hosts(1)))
+    check_ranks(proc, 2, 2, lambda r: "h41n01", "JSM_DOUBLE_HOST")
+    assert "IBM ddlrun" not in proc.stderr
+
+
+def test_summit_olcf_dl_layout_option_runs_all_gpus_per_rank_set(emu):
+    """--gpu-binding local-rank: one resource set per node with its 6 GPUs (jsrun -r1 -g6 -a6
+    -c42), every rank sees all 6 and picks its own by local rank; OMP_NUM_THREADS reaches
+    each rank as cores x threads (7 x smt2)."""
+    script = emu.render("--site", "summit", "--nodes", "1", "--threads-per-core", "2", "-P", "abc123", "-t", "10",
+                        "--gpu-binding", "local-rank", "--alloc-flags", "gpumps", str(PROGRAM))
+    assert '#BSUB -alloc_flags "smt2 gpumps"' in script
+    proc = emu.run(script, emu.lsf_env("701121", summit_hosts(1)))
+    ranks = check_ranks(proc, 6, 6, lambda r: "h41n01", "JSM_DOUBLE_HOST")
+    assert {r["env"]["CUDA_VISIBLE_DEVICES"] for r in ranks} == {"0,1,2,3,4,5"}
+    assert {r["env"]["DDL_GPU_BINDING"] for r in ranks} == {"local-rank"}
+    assert {r["env"]["OMP_NUM_THREADS"] for r in ranks} == {"14"}
+    [call] = emu.records("jsrun")
+    assert call["flags"] == promised_launcher(script)
+    assert call["nrs"] == 1 and call["tasks_per_rs"] == 6 and call["gpu_per_rs"] == 6 and call["rs_per_host"] == 1
+

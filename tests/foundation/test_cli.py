@@ -83,7 +83,7 @@ def test_site_validate_names_file_line_and_key(run_wml, tmp_path):
 
 
 def test_render_summit_18_nodes(run_wml, prog):
-    proc = run_wml("render", "--site", "summit", "--nodes", "18", str(prog), "--lr", "0.1")
+    proc = run_wml("render", "--site", "summit", "--nodes", "18", "-P", "abc123", str(prog), "--lr", "0.1")
     assert proc.returncode == 0, proc.stderr
     assert "jsrun -n 108 -a 1 -c 7 -g 1 -r 6 -b packed:7" in proc.stdout
     assert proc.stdout.rstrip().endswith(f"-- python {prog} --lr 0.1")
@@ -96,7 +96,7 @@ def test_render_summit_18_nodes(run_wml, prog):
     (["--site", "summit", "-t", "25:00"], ["above the 2:00 maximum"]),
     (["--site", "summit", "-t", "1:75"], ["malformed walltime '1:75'"]),
     (["--site", "summit", "-t", "soon"], ["malformed walltime 'soon'"]),
-    (["--site", "summit", "--gpus-per-rank", "2"], ["12 GPUs, but a summit node has 6"]),
+    (["--site", "summit", "--ranks-per-node", "6", "--gpus-per-rank", "2"], ["12 GPUs, but a summit node has 6"]),
     (["--site", "summit", "--cores-per-rank", "8"], ["48 cores, but a summit node has 42"]),
     (["--site", "summit", "-J", "x; rm -rf ~"], ["job name 'x; rm -rf ~'"]),
     (["--site", "summit", "-J", "$(id)"], ["job name '$(id)'"]),

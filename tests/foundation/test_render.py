@@ -9,7 +9,11 @@ Sources:
   -A --attrs mcdram=cache:numa=quad) and "Affinity on Theta" (aprun -n -N -d -j -cc depth,
   -e VAR=value because exports don't reach compute nodes).
 - Slurm: sbatch(1) and srun(1) (--nodes --ntasks-per-node --gpus-per-node --cpus-per-task
-  --time --partition --account --dependency=afterok:ID; srun --gpus-per-task --cpu-bind).
+  --threads-per-core --time --partition --account --dependency=afterok:ID; srun
+  --gpus-per-task --cpu-bind).
+- Every batch script exports OMP_NUM_THREADS = the rank's hw threads (OLCF Summit guide,
+  "OpenMP" jsrun examples; ALCF "Running jobs" aprun --env OMP_NUM_THREADS) and calls wml's
+  own ddlrun by absolute path ({ddlrun} in the golden files).
 """
 from __future__ import annotations
 
@@ -41,10 +45,12 @@ def render(site, program, **kw):
 
 
 def normalize(text, program):
-    """Machine-specific paths out: the program's tmp path, and this interpreter (used for a
-    .py program on sites that load no module or env)."""
+    """Machine-specific paths out: the program's tmp path, wml's own ddlrun (called by absolute
+    path), and this interpreter (used for a .py program on sites that load no module or env)."""
     import sys
-    return text.replace(str(program), "/work/proj/train.py").replace(sys.executable, "{python}")
+    ddlrun = str(Path(sys.executable).parent / "ddlrun")
+    return (text.replace(str(program), "/work/proj/train.py").replace(ddlrun, "{ddlrun}")
+            .replace(sys.executable, "{python}"))
 
 
 def directives(script, prefix):
@@ -79,12 +85,12 @@ def test_summit_directives_and_jsrun_geometry(program):
     argv = launch_comment(script)
     assert argv[:14] == ["jsrun", "-n", "108", "-a", "1", "-c", "7", "-g", "1", "-r", "6", "-b", "packed:7", "-d"]
     ddl = shlex.split(script.strip().splitlines()[-1])
-    assert ddl[:3] == ["ddlrun", "--site", "summit"] and ddl[ddl.index("-n") + 1] == "108"
+    assert ddl[:3] == [plan.ddlrun_argv[0], "--site", "summit"] and ddl[ddl.index("-n") + 1] == "108"
     assert ddl[ddl.index("--mode") + 1] == "p:6x18x1x1"
 
 
 def test_summit_rack_contiguous_expert_mode(program):
-    _, script = render("summit", program, nodes=40, rack_contiguous=True, walltime=60)
+    _, script = render("summit", program, nodes=40, rack_contiguous=True, walltime=60, project="abc123")
     d = directives(script, "#BSUB")
     assert "#BSUB -csm y" in d and "#BSUB -n 1681" in d and not any("-nnodes" in x for x in d)
     r = [x for x in d if x.startswith("#BSUB -R")][0]
@@ -112,7 +118,8 @@ def test_slurm_directives_and_srun_line(program):
     _, script = render("slurm-gpu", program, nodes=4, project="m1234", walltime=120, after="4242")
     assert directives(script, "#SBATCH") == [
         "#SBATCH --job-name=wml-job", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=4",
-        "#SBATCH --cpus-per-task=16", "#SBATCH --gpus-per-node=4", "#SBATCH --time=02:00:00",
+        "#SBATCH --cpus-per-task=16", "#SBATCH --threads-per-core=1", "#SBATCH --gpus-per-node=4",
+        "#SBATCH --time=02:00:00",
         "#SBATCH --partition=gpu", "#SBATCH --account=m1234",
         "#SBATCH --output=/jobs/j1/wml-job.%j.out", "#SBATCH --error=/jobs/j1/wml-job.%j.err",
         "#SBATCH --dependency=afterok:4242"]
@@ -125,7 +132,7 @@ def test_slurm_directives_and_srun_line(program):
 @pytest.mark.parametrize("site", ["summit", "theta", "slurm-gpu", "local"])
 def test_every_rendered_script_passes_bash_n(site, program, tmp_path):
     kw = {"theta": dict(nodes=128)}.get(site, dict(nodes=2))
-    _, script = render(site, program, modules=("foo/1.0",), exports=(("A", "it's $(id)"),), **kw)
+    _, script = render(site, program, modules=("foo/1.0",), exports=(("A", "it's $(id)"),), project="p1", **kw)
     f = tmp_path / "job.sh"
     f.write_text(script)
     assert subprocess.run(["bash", "-n", str(f)], capture_output=True).returncode == 0

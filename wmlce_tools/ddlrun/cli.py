@@ -1,7 +1,8 @@
 """The ``ddlrun`` command line (argparse: it starts on every job, so it must start fast).
 
     ddlrun [-H h1,h2 | --hostfile FILE] [-n N] [--ranks-per-node K] [--gpus-per-rank G]
-           [--cores-per-rank C] [--threads-per-core T] [--site NAME] [--mode p:GxNxRxA]
+           [--cores-per-rank C] [--threads-per-core T] [--gpu-binding per-rank|local-rank]
+           [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
            [--timeline FILE] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
            [--] PROGRAM [ARGS]...
@@ -47,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-rank", type=int, help="GPUs per rank (default: GPUs per node / ranks per node)")
     p.add_argument("--cores-per-rank", type=int, help="cores per rank (default: fair share)")
     p.add_argument("--threads-per-core", type=int, help="hardware threads per core (SMT level)")
+    p.add_argument("--gpu-binding", choices=("per-rank", "local-rank"),
+                   help="per-rank: each rank sees only its GPUs; local-rank: all the node's GPUs "
+                   "visible (CUDA IPC between them), each rank picks its own by local rank "
+                   "(default: the site's)")
     p.add_argument("--site", help="site profile (default: $WML_SITE, detection, then 'local')")
     p.add_argument("--mode", help="DDL topology p:<ranks per node>x<nodes per rack>x<racks>x<aisles> "
                    "(default: from the layout)")
@@ -104,6 +109,7 @@ def parse_args(argv: Sequence[str]):
     return DdlrunOptions(program=tuple(program), hosts=a.hosts, hostfile=a.hostfile, np=a.np,
                          ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
                          cores_per_rank=a.cores_per_rank, threads_per_core=a.threads_per_core,
+                         gpu_binding=a.gpu_binding,
                          site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,
                          exports=_exports(a), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,

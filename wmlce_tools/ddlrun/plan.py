@@ -47,6 +47,7 @@ class DdlrunOptions:
     gpus_per_rank: Optional[int] = None
     cores_per_rank: Optional[int] = None
     threads_per_core: Optional[int] = None
+    gpu_binding: Optional[str] = None    # per-rank | local-rank; default the site's
     site: Optional[str] = None
     mode: Optional[str] = None
     emulate_nodes: Optional[int] = None
@@ -282,6 +283,10 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     from ..site.registry import choose_site
 
     site = choose_site(opts.site, env)
+    if opts.gpu_binding and opts.gpu_binding != site.gpu_binding:
+        from ..site.schema import replace
+
+        site = replace(site, gpu_binding=opts.gpu_binding)
     hosts = _hosts(opts, site, env)
     if site.scheduler == "local" and len(hosts.hosts) > 1:
         raise WmlError(f"the local site runs on this machine only, but {hosts.source} names "

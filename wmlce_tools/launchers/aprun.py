@@ -1,9 +1,11 @@
 """aprun (Cray ALPS, Theta).
 
 ``-n`` ranks, ``-N`` ranks per node, ``-d`` CPUs (hw threads) per rank, ``-j`` hw threads
-per core, ``-cc depth`` binds each rank to its ``-d`` CPUs.  Plain exports do not reach
-Theta's compute nodes (the script runs on a MOM node), so every variable a rank must see is
-passed with ``-e VAR=value``.  Flags as in aprun(1) and ALCF's Theta affinity guide.
+per core, ``-cc depth`` binds each rank to its ``-d`` CPUs; 128 ranks on a 64-core KNL are
+``-N 128 -d 1 -j 2``.  aprun hands the ranks the environment it runs in (resource limits
+excepted), so the script's exports reach them; every variable the job sets is also spelled
+``-e VAR=value`` so the launch line shows it.  Flags as in aprun(1) and ALCF's Theta
+affinity guide.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from . import register
 
 @register("aprun")
 def command(layout, ctx, program):
-    depth = layout.cores_per_rank * layout.threads_per_core
+    depth = layout.cpus_per_rank
     argv = ["aprun", "-n", str(layout.size), "-N", str(layout.ranks_per_node),
             "-d", str(depth), "-j", str(layout.threads_per_core),
             "-cc", ctx.site.launcher_options.bind or "depth"]

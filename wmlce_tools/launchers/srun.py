@@ -2,7 +2,10 @@
 
 ``-N`` nodes, ``-n`` tasks, ``--ntasks-per-node``, ``--cpus-per-task`` (Slurm CPUs: hw
 threads), ``--gpus-per-task`` (each task sees only its GPUs), ``--cpu-bind``, ``--kill-on-bad-exit=1`` (one dead rank ends the step).  Where a core has
-several hw threads, ``--threads-per-core`` says how many a task uses.  Flags as in srun(1).
+several hw threads, ``--threads-per-core`` says how many a task uses (the job script's
+``#SBATCH --threads-per-core`` says the same, or the allocation holds fewer cores than srun
+asks for).  ``--cpus-per-task`` is always given: since Slurm 22.05 srun no longer inherits it
+from the allocation (only from SRUN_CPUS_PER_TASK).  Flags as in srun(1).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ def command(layout, ctx, program):
     opts = ctx.site.launcher_options
     argv = ["srun", "-N", str(layout.nodes), "-n", str(layout.size),
             f"--ntasks-per-node={layout.ranks_per_node}",
-            f"--cpus-per-task={layout.cores_per_rank * layout.threads_per_core}"]
+            f"--cpus-per-task={layout.cpus_per_rank}"]
     if layout.node_spec.threads_per_core > 1:
         argv.append(f"--threads-per-core={layout.threads_per_core}")
     if layout.gpus_per_rank:

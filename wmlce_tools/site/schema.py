@@ -81,6 +81,7 @@ class QueueSpec(_Strict):
     default: bool = False
     walltime_bins: Annotated[List[WalltimeBin], Meta(description="smaller jobs may have shorter limits; the first bin whose max_nodes fits applies")] = []
     description: str = ""
+    attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs for jobs in this queue (Theta debug-flat-quad: mcdram=flat:numa=quad); default the site's")] = None
 
     def __post_init__(self) -> None:
         _check_walltime(self.max_walltime, "max_walltime")
@@ -141,6 +142,7 @@ class SiteProfile(_Strict):
     environment: Annotated[Dict[str, str], Meta(description="variables exported in every job")] = {}
     alloc_flags: Annotated[Optional[str], Meta(description="LSF #BSUB -alloc_flags (e.g. smt4)")] = None
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
+    project_required: Annotated[bool, Meta(description="refuse to render a job without --project (OLCF rejects jobs without -P)")] = False
     launcher_options: LauncherOptions = LauncherOptions()
     gpu_env: Annotated[Literal["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"], Meta(description="variable that narrows a rank to its GPUs with per-rank binding (Frontier: ROCR_VISIBLE_DEVICES, Aurora: ZE_AFFINITY_MASK)")] = "CUDA_VISIBLE_DEVICES"
     pbs: PbsOptions = PbsOptions()

@@ -4,6 +4,7 @@
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=16
+#SBATCH --threads-per-core=1
 #SBATCH --gpus-per-node=4
 #SBATCH --time=02:00:00
 #SBATCH --partition=gpu
@@ -14,9 +15,10 @@
 set -euo pipefail
 
 # 16 ranks on 4 node(s), 4 per node, 1 GPU(s), 16 core(s) x 1 hw thread(s) per rank
+export OMP_NUM_THREADS=16
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
 #   srun -N 4 -n 16 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-ddlrun --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
