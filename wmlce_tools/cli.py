@@ -57,7 +57,7 @@ app = typer.Typer(
     cls=_LazyGroup,
     name="wml",
     help="Job tooling, curated environments and the DDL runtime for HPC machines "
-         "(Summit/LSF, Theta/Cobalt, Slurm, and this machine: the 'local' site).",
+         "(Summit/LSF, Theta/Cobalt, Slurm, PBS Pro, and this machine: the 'local' site).",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ddlrun", description=DESCRIPTION, epilog=EPILOG)
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", help="hosts: h1,h2 or h1:4,h2:4 (slots) or 'nid[01-04]' "
-                       "(default: from LSF/Slurm/Cobalt, else this machine)")
+                       "(default: from LSF/Slurm/Cobalt/PBS, else this machine)")
     hosts.add_argument("--hostfile", help="file with one host per line (host, host:N or host slots=N)")
     p.add_argument("-n", "-np", "--np", dest="np", type=int, help="ranks in all (default: ranks per node x hosts)")
     p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: GPUs per node, or 1; "
