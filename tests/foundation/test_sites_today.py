@@ -201,3 +201,11 @@ def test_pbs_interactive_allocation(run_wml, tmp_path):
 def test_site_detect_recognises_login_nodes(env, host, expected):
     got = detect_site(known_sites(), env=env, hostname=host)
     assert (got.name if got else None) == expected
+
+
+@pytest.mark.parametrize("site", ["polaris", "aurora", "frontier"])
+def test_project_is_required_where_the_centre_rejects_jobs_without_one(site, run_wml, tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    proc = run_wml("render", "--site", site, "--nodes", "2", "-t", "0:30", "train.py")
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.startswith("wml: error: ") and "--project" in proc.stderr and len(proc.stderr.splitlines()) == 1
