@@ -21,6 +21,7 @@ from __future__ import print_function
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras is Keras 3: make sure it runs on TensorFlow
 
 from tensorflow import keras  # noqa: E402
 from tensorflow.keras.models import Sequential  # noqa: E402
