@@ -25,7 +25,9 @@ def test_verify_detects_corruption_and_missing_files(created_env: Path):
     assert "wml-greet-1.0-0: bin/wml-greet: sha256 mismatch" in proc.stdout
     assert "wml-base-2.0-0: share/wml-base/VERSION: missing" in proc.stdout
     assert proc.stderr.strip() == (f"wml: error: {created_env}: 2 file problem(s), "
-                                   "0 pip script problem(s), 0 failed import(s)")
+                                   "0 pip script problem(s), 0 failed import(s); "
+                                   f"to repair: wml env repair {created_env} (puts the packages' own files back), "
+                                   "or re-create the env")
 
 
 def test_verify_failing_import(created_env: Path, cli):

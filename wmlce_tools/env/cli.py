@@ -60,6 +60,14 @@ def _info(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _linked(choice) -> str:
+    if choice is None:
+        return "linked"
+    how = {"hardlink": "hard-linked from the package cache", "reflink": "reflinked (or copied) from the package cache",
+           "copy": "copied from the package cache"}[choice.policy.value]
+    return f"{how}: {choice.reason}"
+
+
 def _is_lockfile(path: Path) -> bool:
     if not path.is_file():
         return False
@@ -116,14 +124,19 @@ def create_cmd(
     channel: List[str] = typer.Option([], "--channel", "-c", help="Channels replacing the spec's (specs only)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing env at the target."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress display."),
+    link: Optional[str] = typer.Option(None, "--link", metavar="auto|hardlink|reflink|copy",
+                                       help="How package files reach the env (default: $WML_ENV_LINK, else auto: "
+                                       "hard links on a local filesystem, copies on a shared one). See env_specs/README.md."),
 ) -> None:
     """Install an env from a lock (or solve a spec first), atomically."""
     from wmlce_tools.env.create import create_env, current_platform
+    from wmlce_tools.env.linking import link_policy
     from wmlce_tools.env.lock import lock, locked_env
     from wmlce_tools.env.locations import target_prefix
     from wmlce_tools.env.spec import find_spec, load_spec
 
     target = target_prefix(name, prefix)
+    policy = link_policy(link)
     plat = platform or current_platform()
     src_path = Path(source)
     with tempfile.TemporaryDirectory(prefix="wml-lock-") as tmp:
@@ -139,11 +152,12 @@ def create_cmd(
             lockfile = Path(tmp) / "conda-lock.yml"
             lock(env_spec, lockfile, platforms=[plat], channels=channel or None)
         locked = locked_env(lockfile, plat)
-        result = create_env(locked, target, lockfile=lockfile, force=force,
+        result = create_env(locked, target, lockfile=lockfile, force=force, link=policy,
                             progress=progress and sys.stderr.isatty(), source=str(src_path.absolute()
                                                                                if src_path.exists() else source))
     _info(f"created {result.prefix} ({result.platform}: {result.conda_packages} conda packages"
-          f"{f', {result.pip_packages} pip packages' if result.pip_packages else ''})")
+          f"{f', {result.pip_packages} pip packages' if result.pip_packages else ''}; "
+          f"files {_linked(result.link)})")
     typer.echo(str(result.prefix))
 
 
@@ -156,14 +170,19 @@ def clone_cmd(
     dst: str = typer.Argument(..., help="New env: name (in wml's envs dir) or path."),
     force: bool = typer.Option(False, "--force", help="Replace DST if it exists."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    link: Optional[str] = typer.Option(None, "--link", metavar="auto|hardlink|reflink|copy",
+                                       help="How package files reach the env (default: $WML_ENV_LINK, else auto: "
+                                       "hard links on a local filesystem, copies on a shared one). See env_specs/README.md."),
 ) -> None:
     """Clone SRC into DST: conda packages reinstalled, pip packages rebuilt, prefix rewritten."""
     from wmlce_tools.env.clone import clone_env
+    from wmlce_tools.env.linking import link_policy
     from wmlce_tools.env.locations import resolve_env
 
+    policy = link_policy(link)
     src_prefix = resolve_env(src)
     dst_prefix = _dst_prefix(dst)
-    result = clone_env(src_prefix, dst_prefix, force=force, progress=progress and sys.stderr.isatty())
+    result = clone_env(src_prefix, dst_prefix, force=force, progress=progress and sys.stderr.isatty(), link=policy)
     _info(f"cloned {result.src} -> {result.dst}: {result.conda_packages} conda packages reinstalled, "
           f"{result.copied_files} other files copied, {len(result.pip_reinstalled)} pip packages reinstalled")
     for item in result.pip_not_reproduced:
@@ -188,7 +207,12 @@ def verify_cmd(
     prefix = resolve_env(env)
     report = verify_env(prefix, imports or None)
     for fp in report.file_problems:
-        typer.echo(f"{fp.package}: {fp.path}: {fp.problem}")
+        shared = f"; {fp.shared}" if fp.shared else ""
+        typer.echo(f"{fp.package}: {fp.path}: {fp.problem}{shared}")
+    if any(fp.shared for fp in report.file_problems):
+        typer.echo("a hard-linked file edited in place shows the edit in every env sharing it; wml env create "
+                   "re-extracts a damaged package cache entry before using it, and --link copy gives an env "
+                   "files of its own")
     for pp in report.pip_problems:
         typer.echo(f"{pp.dist} (pip): {pp.path}: {pp.problem}")
     for ip in report.import_problems:
@@ -196,11 +220,41 @@ def verify_cmd(
     if report.note:
         _info(report.note)
     if not report.ok:
+        repair = (f"; to repair: wml env repair {env} (puts the packages' own files back), or re-create the env"
+                  if report.file_problems else "")
         _fail(f"{prefix}: {len(report.file_problems)} file problem(s), "
               f"{len(report.pip_problems)} pip script problem(s), "
-              f"{len(report.import_problems)} failed import(s)", 1)
+              f"{len(report.import_problems)} failed import(s){repair}", 1)
     typer.echo(f"{prefix}: OK ({report.packages} packages, {report.files_checked} files, "
                f"{len(report.imports_checked)} imports)")
+
+
+# ------------------------------------------------------------------------------------- repair
+
+@env_app.command("repair")
+@_one_line_errors
+def repair_cmd(
+    env: str = typer.Argument(..., help="Env name or path."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress display."),
+    link: Optional[str] = typer.Option(None, "--link", metavar="auto|hardlink|reflink|copy",
+                                       help="How the restored files reach the env (default: $WML_ENV_LINK, else auto)."),
+) -> None:
+    """Reinstall the packages whose files are missing or changed (what verify reports), from the
+    checked package cache."""
+    from wmlce_tools.env.linking import link_policy
+    from wmlce_tools.env.locations import resolve_env
+    from wmlce_tools.env.repair import repair_env
+
+    policy = link_policy(link)
+    prefix = resolve_env(env)
+    result = repair_env(prefix, link=policy, progress=progress and sys.stderr.isatty())
+    if not result.packages:
+        typer.echo(f"{prefix}: nothing to repair ({result.files_checked} files of {result.total_packages} packages intact)")
+        return
+    for fp in result.fixed:
+        _info(f"restored {fp.package}: {fp.path} ({fp.problem})")
+    typer.echo(f"{prefix}: repaired {len(result.fixed)} file(s) in {len(result.packages)} package(s) "
+               f"({', '.join(result.packages)}); files {_linked(result.link)}")
 
 
 # ------------------------------------------------------------------------------------- list

@@ -23,6 +23,7 @@ from pathlib import Path
 from wmlce_tools.errors import WmlError
 from wmlce_tools.env.create import current_platform, install_records
 from wmlce_tools.env.envinfo import EnvInfo, lockfile_copy
+from wmlce_tools.env.linking import LinkPolicy
 from wmlce_tools.env.installed import (PipDist, conda_records, env_platform, owned_files,
                                        pip_dists)
 from wmlce_tools.env.relocate import RelocationReport, relocate_dist, relocate_symlink, rewrite_file
@@ -124,7 +125,8 @@ def _reinstall_pip(dists: list[PipDist], src: Path, staging: Path, final: Path,
         relocate_dist(staging, dist.dist_info, str(staging), str(final), report)
 
 
-def clone_env(src: Path, dst: Path, force: bool = False, progress: bool = False) -> CloneResult:
+def clone_env(src: Path, dst: Path, force: bool = False, progress: bool = False,
+              link: LinkPolicy = LinkPolicy.auto) -> CloneResult:
     src = Path(src).absolute()
     dst = Path(dst).absolute()
     if dst == src:
@@ -154,7 +156,7 @@ def clone_env(src: Path, dst: Path, force: bool = False, progress: bool = False)
     report = RelocationReport()
     with staged_directory(dst, force=force) as staging:
         if records:
-            install_records(records, staging, dst, platform, progress, f"cloning into {dst.name}")
+            install_records(records, staging, dst, platform, progress, f"cloning into {dst.name}", link=link)
         result.copied_files = _copy_unowned(src, staging, dst, skip, report)
         _reinstall_pip(dists, src, staging, dst, result, report)
         info = EnvInfo.read(src) or EnvInfo(name=src.name, platform=platform)

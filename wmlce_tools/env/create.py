@@ -8,14 +8,16 @@ renamed into place.  Any failure leaves nothing at the target.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.env.cachecheck import first_damaged
 from wmlce_tools.env.envinfo import EnvInfo, lockfile_copy
+from wmlce_tools.env.linking import (LinkChoice, LinkPolicy, choose, package_cache_dir,
+                                     rattler_install_options)
 from wmlce_tools.env.lock import LockedEnv
 from wmlce_tools.env.staging import staged_directory
 
@@ -26,6 +28,7 @@ class CreateResult:
     platform: str
     conda_packages: int
     pip_packages: int
+    link: LinkChoice | None = None
 
 
 def current_platform() -> str:
@@ -34,9 +37,6 @@ def current_platform() -> str:
     return str(Platform.current())
 
 
-def package_cache_dir() -> Path | None:
-    value = os.environ.get("WML_PKGS_DIR")
-    return Path(value).expanduser().absolute() if value else None
 
 
 def _short(exc: BaseException) -> str:
@@ -47,21 +47,37 @@ def _short(exc: BaseException) -> str:
 
 
 def install_records(records: list[Any], staging: Path, final_prefix: Path, platform: str,
-                    progress: bool, label: str) -> None:
-    """rattler install into ``staging``, with ``final_prefix`` written into the files."""
+                    progress: bool, label: str, link: LinkPolicy = LinkPolicy.auto,
+                    installed: list[Any] | None = None, reinstall: set[str] | None = None) -> LinkChoice:
+    """rattler install into ``staging``, with ``final_prefix`` written into the files.
+
+    The package cache is validated first (``WML_CACHE_CHECK``, default full: a cached package
+    whose files no longer match its paths.json, e.g. edited through a hard link in another
+    env, is re-extracted); files are linked by ``link`` (see ``linking``).  When the install
+    fails, the error names a damaged cached package and file if there is one."""
     from rattler import Platform, install
 
     from wmlce_tools.env.progress import RichInstallReporter, make_progress
 
+    cache = package_cache_dir()
+    choice = choose(link, final_prefix, cache)
     with make_progress(progress) as bar:
         reporter = RichInstallReporter(bar, label)
         try:
-            asyncio.run(install(records, target_prefix=staging, cache_dir=package_cache_dir(),
-                                installed_packages=[], platform=Platform(platform),
+            asyncio.run(install(records, target_prefix=staging, installed_packages=installed or [],
+                                reinstall_packages=reinstall, platform=Platform(platform),
                                 execute_link_scripts=False, show_progress=False,
-                                reporter=reporter, alternative_target_prefix=final_prefix))
+                                reporter=reporter, alternative_target_prefix=final_prefix,
+                                **rattler_install_options(choice, cache)))
         except Exception as exc:
+            damaged = first_damaged(records, cache)
+            if damaged is not None:
+                raise WmlError(f"installing into {final_prefix} failed: the package cache's copy of "
+                               f"{damaged.package} is damaged ({damaged.path}: {damaged.problem}) and could not be "
+                               f"fetched again ({_short(exc)}); remove {cache / damaged.entry} or make its channel "
+                               f"reachable") from None
             raise WmlError(f"installing into {final_prefix} failed: {_short(exc)}") from None
+    return choice
 
 
 def install_pip_section(staging: Path, final_prefix: Path, requirements: list[str]) -> int:
@@ -85,7 +101,8 @@ def install_pip_section(staging: Path, final_prefix: Path, requirements: list[st
 
 
 def create_env(locked: LockedEnv, target: Path, lockfile: Path | None = None,
-               force: bool = False, progress: bool = False, source: str = "") -> CreateResult:
+               force: bool = False, progress: bool = False, source: str = "",
+               link: LinkPolicy = LinkPolicy.auto) -> CreateResult:
     target = Path(target).absolute()
     if locked.pip and locked.platform != current_platform():
         raise WmlError(f"cannot run the pip section of {locked.name!r} for {locked.platform} "
@@ -93,11 +110,11 @@ def create_env(locked: LockedEnv, target: Path, lockfile: Path | None = None,
     if not locked.records:
         raise WmlError(f"the lock for {locked.name!r} has no packages for {locked.platform}")
     with staged_directory(target, force=force) as staging:
-        install_records(locked.records, staging, target, locked.platform, progress,
-                        f"creating {target.name}")
+        choice = install_records(locked.records, staging, target, locked.platform, progress,
+                                 f"creating {target.name}", link=link)
         npip = install_pip_section(staging, target, locked.pip)
         EnvInfo(name=locked.name, platform=locked.platform, source=source,
                 imports=locked.imports, pip=locked.pip).write(staging)
         if lockfile is not None:
             shutil.copyfile(lockfile, lockfile_copy(staging))
-    return CreateResult(target, locked.platform, len(locked.records), npip)
+    return CreateResult(target, locked.platform, len(locked.records), npip, choice)

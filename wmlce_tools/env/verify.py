@@ -23,6 +23,19 @@ class FileProblem:
     package: str
     path: str
     problem: str  # "missing" | "sha256 mismatch"
+    links: int = 1              # hard links to the file (>1: other envs or the cache see the same bytes)
+    cache_copy: str = ""        # the package cache's file, when it is that same file
+
+    @property
+    def shared(self) -> str:
+        """'' or what else holds this very file (a hard link: the same bytes, edited together)."""
+        if self.links <= 1:
+            return ""
+        others = self.links - 1
+        if self.cache_copy:
+            rest = f" and {others - 1} other link(s), e.g. envs created from it" if others > 1 else ""
+            return f"hard-linked with the package cache ({self.cache_copy}){rest}"
+        return f"hard-linked with {others} other file(s) (envs created from the same package cache)"
 
 
 @dataclass
@@ -62,6 +75,21 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _mismatch(pkg: str, rel: Path, path: Path, rec) -> FileProblem:
+    st = os.stat(path)
+    cache_copy = ""
+    extracted = getattr(rec, "extracted_package_dir", None)
+    if extracted and st.st_nlink > 1:
+        cached = Path(extracted) / rel
+        try:
+            cst = os.stat(cached)
+            if (cst.st_dev, cst.st_ino) == (st.st_dev, st.st_ino):
+                cache_copy = str(cached)
+        except OSError:
+            pass
+    return FileProblem(pkg, rel.as_posix(), "sha256 mismatch", links=st.st_nlink, cache_copy=cache_copy)
+
+
 def check_files(prefix: Path, report: VerifyReport) -> None:
     for rec in conda_records(prefix):
         report.packages += 1
@@ -82,7 +110,7 @@ def check_files(prefix: Path, report: VerifyReport) -> None:
             if expected is None:
                 continue
             if _sha256(path) != expected.hex():
-                report.file_problems.append(FileProblem(pkg, rel.as_posix(), "sha256 mismatch"))
+                report.file_problems.append(_mismatch(pkg, rel, path, rec))
 
 
 def check_pip_scripts(prefix: Path, report: VerifyReport) -> None:
