@@ -383,7 +383,11 @@ class Controller:
                 _log.log(f"{self._stall_line(handle)} for {now - start:.0f} s")
             limit = timeout if timeout is not None else self.stall_shutdown_s
             if limit is not None and now - start >= limit:
-                raise DDLError(f"{self._stall_line(handle)} for {now - start:.0f} s; giving up")
+                error = DDLError(f"{self._stall_line(handle)} for {now - start:.0f} s; giving up")
+                if handle in self.unannounced:
+                    self.unannounced.remove(handle)
+                self._fail(handle, error)  # the name is free again on this rank
+                raise error
             pause = min(pause * 2 or 2e-5, 1e-3)
             time.sleep(pause)
 
@@ -391,7 +395,11 @@ class Controller:
         req = handle.request
         entry = self.table.get(req.key)
         if entry is None:
-            return f"{req.kind} '{req.name}': waiting for the transfer to finish"
+            if handle._pending_data:
+                return f"{req.kind} '{req.name}': waiting for the transfer to finish"
+            others = [r for r in self.global_ranks if r != self.global_ranks[self.rank]]
+            return (f"{req.kind} '{req.name}': waiting for {_ranks(others)} to take part in negotiation "
+                    f"(round {self.round + 1}; some have not called into Horovod since)")
         missing = [self.global_ranks[r] for r in range(self.size) if r not in entry.descs and r not in self.joined]
         return f"{req.kind} '{req.name}': waiting for {_ranks(missing)} to submit it"
 

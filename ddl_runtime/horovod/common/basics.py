@@ -5,10 +5,15 @@ and friends raise ValueError before init (Horovod's message says to call hvd.ini
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import sys
 
-from ... import runtime as _rt
 from ...errors import DDLInputError
+
+
+def _rt():
+    from ... import runtime  # imports mpi4py: only when the job is asked about
+
+    return runtime
 
 # Reduction ops, as Horovod numbers them.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -40,11 +45,11 @@ def init(comm=None, process_sets=None) -> None:
 
     if comm is not None and comm is not MPI.COMM_WORLD:
         raise DDLInputError("hvd.init(comm=...): only the whole job (None or MPI.COMM_WORLD) is supported")
-    first = _rt.get() is None
+    first = _rt().get() is None
     if first:  # HOROVOD_* settings -> DDL_* (read by the runtime as it starts); see horovod/environment.py
         from .. import environment as _environment
         _environment.apply()
-    _rt.init()
+    _rt().init()
     if first:  # notices on rank 0, HOROVOD_TIMELINE
         _environment.after_init()
     from . import process_sets as _sets
@@ -55,15 +60,16 @@ def shutdown() -> None:
     """Finish and free the runtime's communicators (MPI itself stays up, as under Horovod with MPI)."""
     from . import process_sets as _sets
     _sets._stop()
-    _rt.finalize()
+    _rt().finalize()
 
 
 def is_initialized() -> bool:
-    return _rt.get() is not None
+    runtime = sys.modules.get("ddl_runtime.runtime")
+    return runtime is not None and runtime.get() is not None
 
 
-def _current() -> "_rt.Runtime":
-    rt = _rt.get()
+def _current() -> "Runtime":
+    rt = _rt().get()
     if rt is None:
         raise ValueError("Horovod has not been initialized; use hvd.init().")
     return rt

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Union
 
-from ... import process_sets as _sets
-from ... import runtime as _rt
 from ...errors import DDLInputError
+
+
+def _rt():
+    from ... import runtime  # imports mpi4py: only when the job is asked about
+
+    return runtime
+
+
+def _registry():
+    from ... import process_sets  # imports mpi4py: only once a set is used
+
+    return process_sets.registry()
 
 
 class ProcessSet:
@@ -29,11 +39,6 @@ class ProcessSet:
         except (TypeError, ValueError):
             raise DDLInputError(f"ProcessSet: expected a list of ranks, got {ranks_or_comm!r}") from None
 
-    def _registry(self):
-        if self.process_set_id is None or _rt.get() is None:
-            return None
-        return _sets.registry()
-
     def size(self) -> Optional[int]:
         if self.process_set_id is None:
             return None
@@ -44,17 +49,17 @@ class ProcessSet:
         if self.process_set_id is None:
             return None
         members = self._members()
-        me = _rt.current().rank
+        me = _rt().current().rank
         return members.index(me) if me in members else None
 
     def included(self) -> Optional[bool]:
         if self.process_set_id is None:
             return None
-        return _rt.current().rank in self._members()
+        return _rt().current().rank in self._members()
 
     def _members(self) -> List[int]:
         if self.process_set_id == 0:
-            return list(range(_rt.current().size))
+            return list(range(_rt().current().size))
         return self.ranks
 
     def __eq__(self, other) -> bool:
@@ -77,7 +82,7 @@ _registered: dict = {0: global_process_set}
 
 def controller_for(process_set: Optional[ProcessSet], what: str):
     """The negotiation controller of `process_set` on this rank (errors name the call)."""
-    if _rt.get() is None:
+    if _rt().get() is None:
         raise ValueError("Horovod has not been initialized; use hvd.init().")
     if process_set is None:
         process_set = global_process_set
@@ -86,22 +91,22 @@ def controller_for(process_set: Optional[ProcessSet], what: str):
     if process_set.process_set_id is None:
         raise DDLInputError(f"{what}: {process_set} is not registered; call hvd.add_process_set() first")
     try:
-        return _sets.registry().controller(process_set.process_set_id)
+        return _registry().controller(process_set.process_set_id)
     except DDLInputError as exc:
         raise DDLInputError(f"{what}: {exc}") from None
 
 
 def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
     """Register a new process set on every rank (all ranks must call this, in the same order)."""
-    if _rt.get() is None:
+    if _rt().get() is None:
         raise ValueError("Horovod has not been initialized; use hvd.init().")
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise DDLInputError(f"{process_set} is registered already")
-    ranks = process_set.ranks or list(range(_rt.current().size))
+    ranks = process_set.ranks or list(range(_rt().current().size))
     process_set.ranks = ranks
-    process_set.process_set_id = _sets.registry().add(ranks)
+    process_set.process_set_id = _registry().add(ranks)
     _registered[process_set.process_set_id] = process_set
     return process_set
 
@@ -112,14 +117,14 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         return False
     if process_set.process_set_id not in _registered:
         return False
-    _sets.registry().remove(process_set.process_set_id)
+    _registry().remove(process_set.process_set_id)
     del _registered[process_set.process_set_id]
     process_set.process_set_id = None
     return True
 
 
 def _start(process_sets_arg=None) -> None:
-    _sets.registry()
+    _registry()
     if process_sets_arg is None or process_sets_arg == "dynamic":
         return
     for ps in process_sets_arg:
@@ -131,4 +136,6 @@ def _start(process_sets_arg=None) -> None:
 def _stop() -> None:
     for set_id in [i for i in _registered if i != 0]:
         _registered.pop(set_id).process_set_id = None
-    _sets.reset()
+    from ... import process_sets
+
+    process_sets.reset()

@@ -1,0 +1,58 @@
+"""Helpers for the Horovod-layer tests: real MPI jobs (pip's MPICH) running scripts in mpi_scripts/.
+
+Scripts print `OK <check>` / `FAIL <check>: <why>` lines and `DONE` at the end; `HvdResult`
+parses them.  Launcher and DDL_/HOROVOD_ settings of an enclosing job never leak in.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "mpi_scripts"
+FOREIGN = ("DDL_", "HOROVOD_", "SLURM_", "PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL", "JSM_", "ALPS_",
+           "LSB_", "MPI4PY_")
+
+
+@dataclass
+class HvdResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def checks(self, status: str) -> list:
+        return [line.split(" ", 1)[1] for line in self.stdout.splitlines() if line.startswith(status + " ")]
+
+    def assert_ok(self, n: int, expected_checks: int = 1) -> None:
+        """Exit 0, DONE from every rank, no FAIL line, and at least `expected_checks` OK lines per rank."""
+        tail = f"\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+        assert not self.checks("FAIL"), "\n".join(self.checks("FAIL")[:40]) + tail
+        assert self.stdout.count("DONE") == n, tail
+        assert len(self.checks("OK")) >= n * expected_checks, tail
+        assert self.returncode == 0, tail
+
+
+def hvd_mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 120) -> HvdResult:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
+    environment.setdefault("OMP_NUM_THREADS", "1")
+    environment.update(env or {})
+    mpiexec = shutil.which("mpiexec")
+    assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+    cmd = [mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
+    return HvdResult(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+@pytest.fixture
+def hvd_run():
+    return hvd_mpirun
