@@ -74,6 +74,16 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     """Give every rank ``root_rank``'s optimizer state and hyperparameters (its ``state_dict``)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise DDLInputError("broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state:
+        # As Horovod does for a new optimizer: every trainable parameter without a gradient gets
+        # a zero one (Horovod then steps once to create the state; that step is left out here,
+        # since it would move parameters under weight decay and advance Adam's step count).
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
     if _is_global(process_set):
         _native.broadcast_optimizer_state(optimizer, root_rank=root_rank)
         return

@@ -133,10 +133,11 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
     # -- setup helpers ----------------------------------------------------------------------
 
     def _ddl_check_consistent(self, names) -> None:
-        # A process set's members may run a different model from the rest of the job: the
-        # world-wide comparison only applies to the global set.
+        # Parameters and groups must match on every rank; options (lr, betas...) may differ until
+        # broadcast_optimizer_state() sets the root's, as Horovod allows.  A process set's members
+        # may run a different model from the rest of the job: no world-wide comparison there.
         if getattr(self, "_hvd_global", True):
-            super()._ddl_check_consistent(names)
+            _native._check_optimizer_consistent(self, names, options=False)
 
     def _hvd_regroup(self, groups: Any) -> None:
         """Replace the size-based buckets by Horovod's explicit groups."""

@@ -294,12 +294,19 @@ def broadcast_functions():
     if hvd.rank() == 0:  # only the root has state (as after loading a checkpoint)
         loss_of(model, torch.ones(2, 5), torch.zeros(2, 3)).backward()
         opt.step()
+    # options may differ between ranks until the broadcast (Horovod allows it)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     check(opt.param_groups[0]["lr"] == 0.01 and opt.param_groups[0]["betas"] == (0.8, 0.9),
           f"options not the root's: {opt.param_groups[0]['lr']}, {opt.param_groups[0]['betas']}")
     state = [v for s in opt.state_dict()["state"].values() for v in s.values() if torch.is_tensor(v)]
     check(len(state) == 3 * 6, f"{len(state)} state tensors")
     same_everywhere(state, "broadcast_optimizer_state")
+    fresh_model = Net()
+    fresh = torch.optim.SGD(fresh_model.parameters(), lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(fresh, root_rank=0)  # a new optimizer: zero gradients, as in Horovod
+    check(all(p.grad is not None and not p.grad.any() for p in fresh_model.parameters()),
+          "a new optimizer's parameters did not get zero gradients")
     obj = hvd.broadcast_object({"epoch": 3, "from": hvd.rank()} if hvd.rank() == 1 else None, root_rank=1)
     check(obj == {"epoch": 3, "from": 1}, f"broadcast_object gave {obj}")
     got = hvd.allgather_object({"rank": hvd.rank(), "extra": [0] * hvd.rank()})
