@@ -62,8 +62,9 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> Non
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_package(spec: PackageSpec, channel: Path) -> Path:
-    """Write one ``.tar.bz2`` conda package into ``channel/<subdir>/``."""
+def build_package(spec: PackageSpec, channel: Path, compresslevel: int = 9) -> Path:
+    """Write one ``.tar.bz2`` conda package into ``channel/<subdir>/`` (``compresslevel``:
+    bz2's, 1-9; the cache-check benchmark builds hundreds of packages at 1)."""
     subdir_dir = channel / spec.subdir
     subdir_dir.mkdir(parents=True, exist_ok=True)
     index = {
@@ -99,7 +100,7 @@ def build_package(spec: PackageSpec, channel: Path) -> Path:
         paths.append({"_path": missing, "path_type": "hardlink", "sha256": "0" * 64, "size_in_bytes": 3})
     fn = f"{spec.name}-{spec.version}-{spec.build}.tar.bz2"
     out = subdir_dir / fn
-    with tarfile.open(out, "w:bz2") as tar:
+    with tarfile.open(out, "w:bz2", compresslevel=compresslevel) as tar:
         _add(tar, "info/index.json", json.dumps(index, indent=2).encode())
         _add(tar, "info/paths.json", json.dumps({"paths": paths, "paths_version": 1}, indent=2).encode())
         listed = [p["_path"] for p in paths]
