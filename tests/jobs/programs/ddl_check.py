@@ -43,7 +43,7 @@ node_vars = {k: os.environ[k] for k in ("SLURM_NODEID", "SLURMD_NODENAME", "SLUR
                                         "ALPS_APP_PE", "ALPS_DOUBLE_NODE", "LOCAL_RANK", "GROUP_RANK",
                                         "CUDA_VISIBLE_DEVICES", "PALS_RANKID", "PALS_LOCAL_RANKID", "PALS_DOUBLE_NODE",
                                         "PALS_DOUBLE_CPUS_BOUND", "ZE_AFFINITY_MASK", "ROCR_VISIBLE_DEVICES",
-                                        "DDL_GPU_BINDING", "OMP_NUM_THREADS")
+                                        "DDL_GPU_BINDING", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK")
              if k in os.environ}
 line = {"rank": R, "size": N, "local_rank": ddl.local_rank(), "local_size": ddl.local_size(),
         "cross_rank": ddl.cross_rank(), "host": socket.gethostname(), "env": node_vars,
