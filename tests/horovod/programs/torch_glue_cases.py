@@ -376,6 +376,17 @@ def process_set_optimizer():
     hvd.remove_process_set(solo)
 
 
+@case
+def models_that_differ_between_ranks():
+    model = torch.nn.Linear(3, 2 + hvd.rank())  # rank 1's layer is wider
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+    except Exception as exc:  # noqa: BLE001 - must be raised on every rank, naming the parameter and ranks
+        check("'weight'" in str(exc) and "rank 0" in str(exc) and "rank 1" in str(exc), f"message: {exc}")
+    else:
+        raise AssertionError("different models on different ranks were accepted")
+
+
 def main():
     hvd.init()
     names = sys.argv[1:] or list(CASES)
