@@ -13,23 +13,27 @@ windows (`MPI.Win.Allocate_shared` on the host communicator):
 * a data arena per rank, grown collectively (only after an agreement, where every rank holds the
   same plan and so asks for the same size).
 
-Allreduce of a tensor list (`ShmAllreduce`): the list is laid out per reduce dtype in one
-virtual flat buffer split into `local_size` contiguous slices; rank i owns slice i.
-  1. publish: copy (or widen) the parts of my tensors outside my slice into my arena;  barrier;
-  2. reduce: my slice = my tensors + every peer's arena at my slice, into my arena, and back into
-     my tensors (avg divides on the way back);  barrier;
-  3. gather: copy the other slices from their owners' arenas into my tensors.
+Allreduce of a tensor list (`ShmGroup.allreduce`): the list is laid out per reduce dtype in one
+virtual flat buffer split into `local_size` contiguous slices; rank i owns slice i.  Each slice
+is cut into chunks (CHUNK_BYTES); round k handles chunk k of every slice:
+  publish: copy (or widen) the parts of my tensors in the other ranks' chunks into my arena;
+  reduce: my chunk = my tensors + every peer's arena there, into my arena and back into my
+          tensors (avg divides on the way back);
+  gather: copy the other ranks' reduced chunks from their arenas into my tensors.
+Schedule: publish 0, barrier, then per round k: reduce k, publish k+1, barrier, gather k; so
+one barrier per round, and what a round touches is still in cache when the next step reads it.
 The next collective's agreement barrier keeps a rank from overwriting its arena while a peer
-still gathers from it.  Every wait is a spin on the control block that yields the CPU, sleeps
-after a second, and marks the rank as waiting for the stall inspector (watchdog), which names
+still gathers from it.  Every wait is a spin on the control block that yields the CPU after
+20 us, naps 50 us at a time after 2 ms and 0.5 ms after a second, and marks the rank as waiting for the stall inspector (watchdog), which names
 who has not arrived and aborts on DDL_STALL_SHUTDOWN_S or when a rank leaves.
 
-MPICH and Open MPI back these windows with memory that is released when the processes end
-(MPICH unlinks its segment once every rank has mapped it), so a crashed job leaves nothing in
-/dev/shm; `ShmGroup.free()` (finalize) releases it earlier.
+MPICH unlinks the file behind a shared window once every rank has mapped it, so the memory goes
+when the processes end and a crashed job leaves nothing in /dev/shm (tests/runtime/test_shm.py
+checks the mappings and a crash); `ShmGroup.free()` (finalize) releases it earlier.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
@@ -45,7 +49,9 @@ from .timeline import TID_HOST, TID_MPI
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
 ALIGN = 64
 MIN_ARENA = 1 << 20
+CHUNK_BYTES = 1 << 20  # per rank and round: what a round touches stays in the caches
 SPIN_BEFORE_YIELD_S = 20e-6
+NAP_AFTER_S = 2e-3  # then short sleeps: a loaded or oversubscribed host needs the core back
 SLEEP_AFTER_S = 1.0
 UFUNCS = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -69,16 +75,29 @@ class DtypeGroup:
     length: int
 
 
+Round = Tuple[Tuple[Piece, ...], Tuple[Piece, ...]]  # (my pieces, the other ranks' pieces)
+
+
 @dataclass(frozen=True)
 class ShmPlan:
     groups: Tuple[DtypeGroup, ...]
-    own: Tuple[Piece, ...]  # pieces in this rank's slice
-    others: Tuple[Piece, ...]  # pieces in the other ranks' slices
+    rounds: Tuple[Round, ...]  # chunk k of every rank's slice
     nbytes: int
 
+    @property
+    def own(self) -> Tuple[Piece, ...]:
+        return tuple(p for own, _ in self.rounds for p in own)
 
-def plan(refs: Sequence[TensorRef], local_size: int, local_rank: int) -> ShmPlan:
-    """Lay the tensors out per reduce dtype (list order) and cut each dtype run into slices."""
+    @property
+    def others(self) -> Tuple[Piece, ...]:
+        return tuple(p for _, others in self.rounds for p in others)
+
+
+def plan(refs: Sequence[TensorRef], local_size: int, local_rank: int,
+         chunk_bytes: int = CHUNK_BYTES) -> ShmPlan:
+    """Lay the tensors out per reduce dtype (list order), cut each dtype run into one slice per
+    rank and each slice into chunks of `chunk_bytes` (0: one chunk); round k holds chunk k of
+    every slice, so the data a round touches stays in cache between its steps."""
     order: List[np.dtype] = []
     members: Dict[np.dtype, List[Tuple[int, int]]] = {}
     for index, ref in enumerate(refs):
@@ -88,22 +107,30 @@ def plan(refs: Sequence[TensorRef], local_size: int, local_rank: int) -> ShmPlan
                 members[dtype] = []
                 order.append(dtype)
             members[dtype].append((index, ref.numel))
-    groups, own, others = [], [], []
+    groups: List[DtypeGroup] = []
+    rounds: List[Tuple[List[Piece], List[Piece]]] = []
     offset_bytes = 0
     for g, dtype in enumerate(order):
-        length = sum(n for _, n in members[dtype])
+        tensors = members[dtype]
+        starts = np.cumsum([0] + [n for _, n in tensors]).tolist()
+        length = starts[-1]
         groups.append(DtypeGroup(dtype, offset_bytes, length))
         offset_bytes += -(-length * dtype.itemsize // ALIGN) * ALIGN
         bounds = np.cumsum([0] + split_counts(length, local_size)).tolist()
-        at = 0
-        for index, n in members[dtype]:
-            for owner in range(local_size):
-                lo, hi = max(at, bounds[owner]), min(at + n, bounds[owner + 1])
-                if lo < hi:
-                    piece = Piece(index, lo - at, hi - at, g, lo, owner)
-                    (own if owner == local_rank else others).append(piece)
-            at += n
-    return ShmPlan(tuple(groups), tuple(own), tuple(others), offset_bytes)
+        chunk = max(1, chunk_bytes // dtype.itemsize) if chunk_bytes > 0 else max(1, length)
+        for owner in range(local_size):
+            for k, lo in enumerate(range(bounds[owner], bounds[owner + 1], chunk)):
+                hi = min(bounds[owner + 1], lo + chunk)
+                while len(rounds) <= k:
+                    rounds.append(([], []))
+                pieces = rounds[k][0] if owner == local_rank else rounds[k][1]
+                i = bisect.bisect_right(starts, lo) - 1
+                while i < len(tensors) and starts[i] < hi:
+                    a, b = max(starts[i], lo), min(starts[i + 1], hi)
+                    if a < b:
+                        pieces.append(Piece(tensors[i][0], a - starts[i], b - starts[i], g, a, owner))
+                    i += 1
+    return ShmPlan(tuple(groups), tuple((tuple(o), tuple(x)) for o, x in rounds), offset_bytes)
 
 
 class ShmGroup:
@@ -168,6 +195,8 @@ class ShmGroup:
                         watchdog.check(now)
                     if waited > SLEEP_AFTER_S:
                         time.sleep(0.0005)  # a long wait: stop burning a core
+                    elif waited > NAP_AFTER_S:
+                        time.sleep(50e-6)
                     elif self.oversubscribed or waited > SPIN_BEFORE_YIELD_S:
                         os.sched_yield()  # let a peer rank (or the watchdog thread) run
         finally:
@@ -225,32 +254,60 @@ class ShmGroup:
     def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
         """Reduce `refs` in place across the host's ranks (call right after an agreement).
 
-        With an enabled timeline: PACK (publish), ALLREDUCE (both barriers and the reduction of
-        this rank's slice; algorithm "shm") and UNPACK (gather) spans.
+        With an enabled timeline: PACK (publishing the first round), ALLREDUCE (the rounds,
+        algorithm "shm") and UNPACK (gathering the last round) spans.
         """
         shm_plan, views = self.plan_for(refs)
         if not shm_plan.groups:
             return
         t0 = time.perf_counter()
-        mine = views[self.rank]
         ufunc = UFUNCS[op]
-        # 1. publish what the other ranks reduce; my own slice, widened if it must be
-        for p in shm_plan.others:
+        rounds = shm_plan.rounds
+        self._publish(rounds[0], refs, views)
+        t1 = time.perf_counter()
+        self.barrier()
+        # Round k: reduce my chunk k, publish chunk k+1, one barrier, gather the others' chunk k.
+        # One barrier per round suffices: after it, peers read only what was written before it
+        # (my reduced chunk k, my published chunk k+1) and nobody writes what is being read.
+        t2 = t1
+        for k, (own, others) in enumerate(rounds):
+            self._reduce(own, refs, views, ufunc, scale)
+            if k + 1 < len(rounds):
+                self._publish(rounds[k + 1], refs, views)
+            self.barrier()
+            t2 = time.perf_counter()
+            for p in others:
+                src = views[p.owner][p.group][p.offset:p.offset + p.stop - p.start]
+                self._store(refs[p.tensor], src, p, scale)
+        if timeline is not None and timeline.enabled:
+            nbytes = sum(g.length * g.dtype.itemsize for g in shm_plan.groups)
+            timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})
+            timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm", "bytes": nbytes, "op": op,
+                                                         "rounds": len(rounds),
+                                                         "dtype": ",".join(g.dtype.name for g in shm_plan.groups)})
+            timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
+
+    def _publish(self, round_: Round, refs: Sequence[TensorRef], views) -> None:
+        """Copy (or widen) my tensors' part of the other ranks' chunks into my arena; widen my own."""
+        mine = views[self.rank]
+        own, others = round_
+        for p in others:
             ref = refs[p.tensor]
             dst = mine[p.group][p.offset:p.offset + p.stop - p.start]
             if ref.widened:
                 widen(ref.flat[p.start:p.stop], ref.dtype, dst)
             else:
                 np.copyto(dst, ref.flat[p.start:p.stop])
-        for p in shm_plan.own:
+        for p in own:
             ref = refs[p.tensor]
             if ref.widened:
                 widen(ref.flat[p.start:p.stop], ref.dtype, mine[p.group][p.offset:p.offset + p.stop - p.start])
-        t1 = time.perf_counter()
-        self.barrier()
-        # 2. reduce my slice from every peer's arena, into my arena and my tensors
+
+    def _reduce(self, own: Sequence[Piece], refs: Sequence[TensorRef], views, ufunc, scale) -> None:
+        """My chunk: my tensors + every peer's arena, into my arena (for the peers) and my tensors."""
+        mine = views[self.rank]
         peers = [views[r] for r in range(self.size) if r != self.rank]
-        for p in shm_plan.own:
+        for p in own:
             ref = refs[p.tensor]
             lo, hi = p.offset, p.offset + p.stop - p.start
             acc = mine[p.group][lo:hi]
@@ -259,18 +316,6 @@ class ShmGroup:
                 ufunc(base, peer[p.group][lo:hi], out=acc)
                 base = acc
             self._store(ref, acc, p, scale)
-        self.barrier()
-        t2 = time.perf_counter()
-        # 3. gather the other slices from their owners
-        for p in shm_plan.others:
-            src = views[p.owner][p.group][p.offset:p.offset + p.stop - p.start]
-            self._store(refs[p.tensor], src, p, scale)
-        if timeline is not None and timeline.enabled:
-            nbytes = sum(g.length * g.dtype.itemsize for g in shm_plan.groups)
-            timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})
-            timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm", "bytes": nbytes, "op": op,
-                                                         "dtype": ",".join(g.dtype.name for g in shm_plan.groups)})
-            timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
 
     @staticmethod
     def _store(ref: TensorRef, src: np.ndarray, p: Piece, scale: Optional[float]) -> None:

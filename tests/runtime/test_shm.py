@@ -34,6 +34,14 @@ def test_one_host_job_reduces_through_shared_memory(run_mpi, n):
             assert f == "" or f.endswith("(deleted)"), f
 
 
+def test_shared_memory_path_on_openmpi(run_mpi, openmpi):
+    """Open MPI's osc/sm windows: same values, files likewise unlinked while mapped."""
+    summary = _summary(run_mpi(2, "shm_job.py", "values", mpi=openmpi, timeout=120), 2)
+    for s in summary:
+        assert s["shm"] and s["files"]
+        assert all(f == "" or f.endswith("(deleted)") for f in s["files"]), s["files"]
+
+
 @pytest.mark.parametrize("n, env", [(4, {"DDL_EMULATE_NODES": "2"}), (2, {"DDL_EMULATE_NODES": "2"}),
                                     (2, {"DDL_SHM": "0"}), (4, {"DDL_OPTIONS": "-mode p:2x2"})])
 def test_emulated_nodes_and_opt_out_take_the_mpi_path(run_mpi, n, env):
@@ -56,11 +64,12 @@ def test_a_rank_dying_during_a_shared_memory_wait_ends_the_job_and_leaves_no_seg
         assert not path or not os.path.exists(path), f"{path} left behind"
 
 
-def test_plan_covers_every_element_once_and_slices_are_contiguous():
+@pytest.mark.parametrize("chunk_bytes", [0, 8, 1 << 20])
+def test_plan_covers_every_element_once_and_slices_are_contiguous(chunk_bytes):
     refs = [as_tensor(np.zeros(s, dt), f"t{i}") for i, (s, dt) in
             enumerate([(5, np.float32), (0, np.float32), (9, np.float64), (4, np.float16), (13, np.float32)])]
     for size in (1, 2, 3, 4):
-        pieces_by_rank = [plan(refs, size, r) for r in range(size)]
+        pieces_by_rank = [plan(refs, size, r, chunk_bytes) for r in range(size)]
         groups = pieces_by_rank[0].groups
         assert [g.dtype for g in groups] == [np.dtype(np.float32), np.dtype(np.float64)]  # float16 -> float32
         assert [g.length for g in groups] == [5 + 4 + 13, 9]
@@ -80,6 +89,10 @@ def test_plan_covers_every_element_once_and_slices_are_contiguous():
                      for p in pieces_by_rank]
             flat = [k for run in owned for k in run]
             assert flat == list(range(groups[g].length))
+        rounds = [len(p.rounds) for p in pieces_by_rank]
+        assert len(set(rounds)) == 1  # every rank runs the same number of rounds (one barrier each)
+        if chunk_bytes == 8 and size == 1:
+            assert rounds[0] == -(-22 * 4 // 8)  # the float32 run (22 values) in 2-value chunks
 
 
 def test_ddl_shm_setting():
