@@ -59,8 +59,9 @@ def test_submit_with_slurmctld_unreachable_fails_in_seconds(run_wml, dead_slurm,
     assert "is DOWN" in err and f"check that slurmctld is running (scontrol ping) and that SLURM_CONF ({dead_slurm})" in err
     kept = Path(re.search(r"the script is kept in (\S+)$", err.strip()).group(1))
     assert kept.is_file() and "#SBATCH" in kept.read_text()
-    # decided by the probe, not by sbatch's own ~9 s of retries (bound kept loose: shared box)
-    assert elapsed < 8, elapsed
+    # decided by the probe, not by sbatch's own 9 s of connect retries (the bound only tells
+    # the two apart: wml's start-up on a loaded box is part of it)
+    assert elapsed < 9, elapsed
     assert run_wml("jobs", "--json").stdout.strip() in ("[]", "")
 
 
@@ -70,7 +71,7 @@ def test_status_with_slurmctld_unreachable_fails_in_seconds(dead_slurm, monkeypa
     t0 = time.monotonic()
     with pytest.raises(SchedulerUnreachable, match=r"^squeue did not answer within 3 s and the Slurm controller"):
         sched.run_command(sched.status_queries("12")[0].argv, wait_s=60, retry_busy=True)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 9      # squeue alone retries for ~18 s
 
 
 @pytest.fixture
