@@ -70,3 +70,15 @@ def test_wml_render_horovod_exports_the_switch():
     assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
     assert "\nexport WML_HOROVOD=1\n" in on.stdout
     assert "WML_HOROVOD" not in off.stdout
+
+
+def test_alias_modules_are_the_runtime_modules_at_any_depth():
+    code = ("import horovod, horovod.torch as hvd, horovod.torch.mpi_ops as ops, horovod.torch.optimizer as opt\n"
+            "import ddl_runtime.horovod as h, ddl_runtime.horovod.torch as t, ddl_runtime.horovod.torch.optimizer as o\n"
+            "import sys\n"
+            "assert horovod is h and hvd is t and opt is o and ops is sys.modules['ddl_runtime.horovod.torch.mpi_ops']\n"
+            "assert t.__spec__.name == 'ddl_runtime.horovod.torch' and o.__spec__.name.startswith('ddl_runtime.')\n"
+            "print('same modules')")
+    env = clean_env({"PYTHONPATH": f"{SHIM_DIR}{os.pathsep}{REPO}"})
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "same modules", proc.stderr
