@@ -16,6 +16,7 @@ the tensor after the stall-warning time, and gives up after the stall-shutdown t
 """
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from collections import OrderedDict
@@ -31,6 +32,8 @@ from .errors import DDLError, DDLInputError, DDLMismatchError
 
 KINDS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join")
 REDUCE_OPS = ("sum", "average", "min", "max", "product")
+SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
+YIELD_AFTER_S = 50e-6
 
 
 @dataclass
@@ -160,40 +163,47 @@ class Controller:
                    for h in self.local.values())
 
     def _start_round(self) -> None:
+        """Post this round's allgather: a fixed slot per rank (length + descriptors when they fit)."""
         news = [h.request.descriptor() for h in self.unannounced]
         self.unannounced = []
-        payload = np.frombuffer(pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-        lengths = np.zeros(self.size, dtype=np.int64)
-        mine = np.array([payload.size], dtype=np.int64)
-        req = self.neg.Iallgather([mine, MPI.INT64_T], [lengths, MPI.INT64_T])
-        self._round_state = ("lengths", req, payload, lengths, mine)
+        payload = pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL)
+        slot = np.zeros(SLOT_BYTES, dtype=np.uint8)
+        slot[:8].view(np.int64)[0] = len(payload)
+        if len(payload) <= SLOT_BYTES - 8:
+            slot[8:8 + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+        slots = np.empty((self.size, SLOT_BYTES), dtype=np.uint8)
+        req = self.neg.Iallgather([slot, MPI.BYTE], [slots, MPI.BYTE])
+        self._round_state = ("slots", req, payload, slots, None)
 
     def _advance_round(self) -> bool:
         state = self._round_state
-        if state[0] == "lengths":
-            _, req, payload, lengths, _ = state
+        if state[0] == "slots":
+            _, req, payload, slots, _ = state
             if not req.Test():
                 return False
-            total = int(lengths.sum())
-            gathered = np.empty(total, dtype=np.uint8)
-            if total:
-                displs = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
-                req = self.neg.Iallgatherv([payload, MPI.BYTE], [gathered, (lengths.tolist(), displs), MPI.BYTE])
-            else:
-                req = MPI.REQUEST_NULL
-            state = self._round_state = ("data", req, payload, lengths, gathered)
-        _, req, _, lengths, gathered = state
+            lengths = [int(slots[r, :8].view(np.int64)[0]) for r in range(self.size)]
+            spilled = [n if n > SLOT_BYTES - 8 else 0 for n in lengths]
+            req, gathered = MPI.REQUEST_NULL, None
+            if any(spilled):  # every rank sees the same lengths, so all take this branch together
+                gathered = np.empty(sum(spilled), dtype=np.uint8)
+                mine = np.frombuffer(payload, dtype=np.uint8) if spilled[self.rank] else np.empty(0, np.uint8)
+                displs = np.concatenate(([0], np.cumsum(spilled)[:-1])).astype(int).tolist()
+                req = self.neg.Iallgatherv([mine, MPI.BYTE], [gathered, (spilled, displs), MPI.BYTE])
+            state = self._round_state = ("spilled", req, (lengths, spilled), slots, gathered)
+        _, req, (lengths, spilled), slots, gathered = state
         if req != MPI.REQUEST_NULL and not req.Test():
             return False
         self._round_state = None
         self.round += 1
         offset = 0
         for r in range(self.size):
-            n = int(lengths[r])
-            if n:
-                for desc in pickle.loads(gathered[offset:offset + n].tobytes()):
-                    self._announce(r, desc)
-            offset += n
+            if spilled[r]:
+                raw = gathered[offset:offset + spilled[r]].tobytes()
+                offset += spilled[r]
+            else:
+                raw = slots[r, 8:8 + lengths[r]].tobytes()
+            for desc in pickle.loads(raw):
+                self._announce(r, desc)
         self._run_ready()
         return True
 
@@ -370,26 +380,33 @@ class Controller:
 
     # -- waiting ------------------------------------------------------------------------------
     def wait_for(self, handle: Handle, timeout: Optional[float] = None) -> None:
+        """Progress every process set until `handle` finishes; a line every stall-warning period."""
         start = time.monotonic()
         warned_at = start
-        pause = 0.0
+        limit = timeout if timeout is not None else self.stall_shutdown_s
+        spins = 0
         while True:
             self.progress_all()
             if handle.finished:
                 return
+            spins += 1
+            if spins & 15:
+                continue
             now = time.monotonic()
+            waited = now - start
             if now - warned_at >= self.stall_warning_s:
                 warned_at = now
-                _log.log(f"{self._stall_line(handle)} for {now - start:.0f} s")
-            limit = timeout if timeout is not None else self.stall_shutdown_s
-            if limit is not None and now - start >= limit:
-                error = DDLError(f"{self._stall_line(handle)} for {now - start:.0f} s; giving up")
+                _log.log(f"{self._stall_line(handle)} for {waited:.0f} s")
+            if limit is not None and waited >= limit:
+                error = DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up")
                 if handle in self.unannounced:
                     self.unannounced.remove(handle)
                 self._fail(handle, error)  # the name is free again on this rank
                 raise error
-            pause = min(pause * 2 or 2e-5, 1e-3)
-            time.sleep(pause)
+            if waited > 1.0:
+                time.sleep(0.0005)  # a long wait: stop burning a core
+            elif waited > YIELD_AFTER_S:
+                os.sched_yield()  # let a peer rank (or this rank's other threads) run
 
     def _stall_line(self, handle: Handle) -> str:
         req = handle.request

@@ -6,6 +6,7 @@ parses them.  Launcher and DDL_/HOROVOD_ settings of an enclosing job never leak
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,8 @@ class HvdResult:
     seconds: float
 
     def checks(self, status: str) -> list:
-        return [line.split(" ", 1)[1] for line in self.stdout.splitlines() if line.startswith(status + " ")]
+        """The text after each `OK `/`FAIL ` marker (ranks' lines may arrive glued together by mpiexec)."""
+        return [m.strip() for m in re.findall(rf"{status} (.*?)(?=OK |FAIL |DONE|\n|$)", self.stdout)]
 
     def assert_ok(self, n: int, expected_checks: int = 1) -> None:
         """Exit 0, DONE from every rank, no FAIL line, and at least `expected_checks` OK lines per rank."""

@@ -19,6 +19,7 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
                       grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                       sparse_allreduce_async, synchronize)
+from ..timeline import start_timeline, stop_timeline  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from ..timeline import start_timeline, stop_timeline  # noqa: F401
