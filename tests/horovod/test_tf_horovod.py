@@ -1,0 +1,74 @@
+"""horovod.tensorflow, horovod.tensorflow.keras and horovod.keras on Keras 3, on 2 real ranks
+under `ddlrun --horovod` (the scripts import plain `horovod.*`).
+
+The programs in tf_programs/ check values on every rank and print `OK <check>`; a failed
+check raises there, which ends the job non-zero.  Here: the job succeeded and every check
+passed on both ranks.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hvd_examples_helpers import clean_env
+
+PROGRAMS = Path(__file__).resolve().parent / "tf_programs"
+
+TF_CHECKS = [
+    "allreduce ops", "tf.function allreduce and allgather", "grouped_allreduce", "fp16 compression",
+    "allgather with different first dims", "broadcast, broadcast_, broadcast_variables",
+    "broadcast_object, allgather_object", "alltoall with splits", "reducescatter, grouped_reducescatter",
+    "gradients through allreduce and allgather",
+    "DistributedGradientTape equivalence (eager, tf.function, fp16 + predivide)", "join, barrier",
+    "errors: Adasum, bad splits, shape mismatch",
+]
+KERAS_CHECKS = [
+    "DistributedOptimizer == full batch (none, fp16, op=Sum)",
+    "BroadcastGlobalVariablesCallback in model.fit (weights and optimizer state)", "MetricAverageCallback",
+    "LearningRateWarmupCallback, LearningRateScheduleCallback", "load_model",
+    "value collectives, DistributedOptimizer bad arguments",
+]
+
+
+def _ddlrun(program: str, *args: str, backend: str = "tensorflow", timeout: float = 300) -> str:
+    cmd = [sys.executable, "-m", "wmlce_tools.ddlrun.cli", "--horovod", "-n", "2", sys.executable,
+           str(PROGRAMS / program), *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=clean_env({"KERAS_BACKEND": backend}), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s: {str(exc.stdout)[-3000:]}")
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout
+
+
+def _passed(stdout: str, rank: int) -> list:
+    prefix = f"[{rank}] OK "
+    return [line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix)]
+
+
+def test_horovod_tensorflow_api_on_two_ranks():
+    out = _ddlrun("hvd_tf_api.py")
+    for rank in (0, 1):
+        assert _passed(out, rank) == TF_CHECKS, out[-4000:]
+
+
+@pytest.mark.parametrize("module,backend", [("horovod.tensorflow.keras", "tensorflow"), ("horovod.keras", "torch")])
+def test_horovod_keras_api_on_keras3(module, backend):
+    out = _ddlrun("hvd_keras_api.py", module, backend=backend)
+    assert f"[0] backend {backend}" in out
+    for rank in (0, 1):
+        assert _passed(out, rank) == KERAS_CHECKS, out[-4000:]
+
+
+def test_tensorflow_keras_refuses_another_backend():
+    """horovod.tensorflow.keras under KERAS_BACKEND=torch: one clear line, not a half-working module."""
+    code = "import ddl_runtime.horovod.tensorflow.keras"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=clean_env({"KERAS_BACKEND": "torch"}))
+    assert p.returncode != 0
+    assert "horovod.tensorflow.keras needs the TensorFlow Keras backend" in p.stderr
+    assert "use horovod.keras" in p.stderr
