@@ -170,22 +170,53 @@ def _as_list(tensors: Any, what: str) -> list:
     return list(tensors)
 
 
+_ALIGN = 64  # TensorFlow wraps host buffers aligned like this without copying them
+
+
+def _empty_aligned(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGN
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def _host_copy(src: np.ndarray) -> np.ndarray:
+    """The one copy the TF path makes: the values into fresh aligned host memory the reduction may
+    overwrite (TensorFlow tensors are immutable; the runtime reduces in place)."""
+    out = _empty_aligned(src.shape, src.dtype)
+    np.copyto(out, src)
+    return out
+
+
 def _to_numpy(t: tf.Tensor) -> np.ndarray:
-    """A writable host copy (EagerTensor.numpy() copies; bfloat16 comes back as ml_dtypes.bfloat16)."""
-    a = t.numpy()
-    if not isinstance(a, np.ndarray):  # 0-d tensors give numpy scalars
-        a = np.array(a)
-    if not (a.flags.writeable and a.flags.c_contiguous and a.flags.owndata):
-        a = np.array(a, copy=True, order="C")
-    return a
+    """A writable host copy of an eager tensor (bfloat16 comes back as ml_dtypes.bfloat16).
+
+    On the CPU the source is TensorFlow's own buffer, read through EagerTensor._numpy() (no
+    copy); elsewhere ``numpy()`` stages it through host memory first.
+    """
+    view = getattr(t, "_numpy", None) if "CPU" in (t.device or "CPU").upper() else None
+    src = view() if view is not None else t.numpy()
+    return _host_copy(np.asarray(src))
 
 
 def _to_tensor(a: np.ndarray, like: tf.Tensor) -> tf.Tensor:
+    """Wrap a result as a tf.Tensor on `like`'s device; aligned host memory is shared through DLPack, not copied."""
+    out = None
+    if a.ctypes.data % _ALIGN == 0 and a.flags.c_contiguous:
+        try:
+            if a.dtype.name == "bfloat16":  # DLPack has no bfloat16: move the bits, reinterpret them
+                out = tf.bitcast(tf.experimental.dlpack.from_dlpack(a.view(np.uint16).__dlpack__()), tf.bfloat16)
+            else:
+                out = tf.experimental.dlpack.from_dlpack(a.__dlpack__())
+        except (BufferError, TypeError, ValueError, tf.errors.OpError):
+            out = None
+    if out is None:
+        out = tf.convert_to_tensor(a, dtype=like.dtype)
     device = like.device
     if device and "CPU" not in device.upper():
         with tf.device(device):
-            return tf.identity(tf.convert_to_tensor(a, dtype=like.dtype))
-    return tf.convert_to_tensor(a, dtype=like.dtype)
+            return tf.identity(out)
+    return out
 
 
 def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.Tensor],
@@ -197,7 +228,7 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
 
     def fn(*arrays):
         try:
-            outs = core([np.array(a, copy=True, order="C") for a in arrays])
+            outs = core([_host_copy(np.asarray(a)) for a in arrays])
         except DDLError as exc:
             _errors[:] = [exc]
             raise

@@ -57,6 +57,7 @@ def test_single_tensor_collectives(ranks):
             got = [g["values"] for g in rec[key]]
             assert got == want, (key, got)
             assert all(g["dtype"] == "float32" for g in rec[key])
+        assert rec["input_after"] == ([1, 5, -2] if rec["rank"] == 0 else [-1, 7, -7])
         assert rec["broadcast_variables"] == [1.0, 11.0]  # root 1's values assigned
         assert rec["variable_allreduce"][0]["values"] == [2.0, 22.0]
 

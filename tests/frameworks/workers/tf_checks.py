@@ -95,6 +95,7 @@ def eager_misc(x):
 
 rec["eager_misc"] = values(eager_misc(x))
 rec["graph_misc"] = values(graph_misc(x))
+rec["input_after"] = x.numpy().tolist()  # results are new tensors: the input is left alone
 v = tf.Variable([float(r), 10.0 + r])
 dtf.broadcast_variables([v], root_rank=1)
 rec["broadcast_variables"] = v.numpy().tolist()
