@@ -35,6 +35,7 @@ import ddl_runtime.torch as _native
 from ddl_runtime.errors import DDLInputError
 
 from .compression import Compression
+from .functions import _is_global
 
 __all__ = ["DistributedOptimizer"]
 
@@ -102,7 +103,7 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         self._hvd_compression = compression
         self._hvd_sparse_as_dense = bool(sparse_as_dense)
         self._hvd_process_set = process_set
-        self._hvd_global = _is_global(process_set, common)
+        self._hvd_global = _is_global(process_set)
         self._hvd_average = op == common.Average
         self._hvd_op = op
         self.op = op
@@ -316,13 +317,6 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         self._ddl_reset()
         self._hvd_synchronized = self._ddl_synced = False
         return super(_native._DistributedOptimizerMixin, self).load_state_dict(*args, **kwargs)
-
-
-def _is_global(process_set: Any, common: Any) -> bool:
-    if process_set is common.global_process_set:
-        return True
-    pid = getattr(process_set, "process_set_id", None)
-    return pid == 0
 
 
 def _split(items: Sequence[Any], n: int) -> List[List[Any]]:

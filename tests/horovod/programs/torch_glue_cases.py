@@ -139,6 +139,11 @@ def groups():
         loss_of(m, x, y).backward()
         opt.synchronize()
         expect_grads(m, expected, f"groups={spec}")
+    with warnings.catch_warnings(record=True) as caught:  # the deprecated spelling of groups=2
+        warnings.simplefilter("always")
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), num_groups=2)
+    check(len(opt._ddl_buckets) == 2 and any("num_groups" in str(w.message) for w in caught),
+          f"num_groups=2: {len(opt._ddl_buckets)} buckets, warnings {[str(w.message) for w in caught]}")
 
 
 @case
