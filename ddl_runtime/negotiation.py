@@ -2,8 +2,9 @@
 
 A rank submits a request (an allreduce of named tensors, a broadcast, a join...) and gets
 a `Handle` at once.  Requests are matched across the ranks of a process set by name, not by
-call order: ranks exchange the descriptors of newly submitted requests in *rounds* (two
-non-blocking allgathers on the set's negotiation communicator), and every rank keeps the
+call order: ranks exchange the descriptors of newly submitted requests in *rounds* (one
+non-blocking allgather of a fixed slot per rank on the set's negotiation communicator, a
+second one only when a rank's descriptors do not fit), and every rank keeps the
 same table of who announced what.  A request whose name every rank (joined ranks aside)
 has announced is *ready*; ready requests run in table order, identical on every rank, so
 the data collectives (kernels.py, on a second communicator) match up.  Descriptors that
@@ -63,7 +64,7 @@ class Handle:
     def __init__(self, controller: "Controller", request: Request):
         self.controller = controller
         self.request = request
-        self.submitted = time.monotonic()
+        self.submitted = time.perf_counter()
         self.finished = False
         self.error: Optional[BaseException] = None
         self.result: Any = None
@@ -239,6 +240,8 @@ class Controller:
         for key, entry, err in ready:
             del self.table[key]
             handle = self.local.get(key)
+            if handle is not None:
+                self._negotiated(handle)
             if err is not None:
                 if handle is not None:
                     self._fail(handle, DDLMismatchError(err))
@@ -369,6 +372,14 @@ class Controller:
             label, _, names = flight.label.partition("|")
             tl.span(label, 3, flight.started, time.perf_counter(), {"tensors": names, "process_set": self.set_id})
             tl.flush()
+
+    def _negotiated(self, handle: Handle) -> None:
+        """Timeline: NEGOTIATE_<KIND> from submission until every rank had submitted (Horovod's name)."""
+        tl = self.timeline
+        if tl is not None and tl.enabled:
+            req = handle.request
+            tl.span(f"NEGOTIATE_{req.kind.upper()}", 1, handle.submitted, time.perf_counter(),
+                    {"name": req.name, "process_set": self.set_id})
 
     def _complete(self, handle: Handle) -> None:
         handle.finished = True

@@ -21,3 +21,5 @@ def test_collectives_appear_in_the_timeline(hvd_run, tmp_path):
     spans = {(e["name"], e.get("args", {}).get("tensors")) for e in events if e.get("ph") == "X"}
     assert ("ALLREDUCE", "traced.weight") in spans, spans
     assert ("ALLGATHER", "traced.gather") in spans, spans
+    negotiated = {e["args"]["name"] for e in events if e.get("name") == "NEGOTIATE_ALLREDUCE"}
+    assert "traced.weight" in negotiated, negotiated
