@@ -8,7 +8,7 @@ move as host numpy arrays: eagerly directly, inside ``tf.function`` through one 
 operations are numbered then, in program order).  Every op is differentiable with Horovod's
 gradient rules (allreduce -> allreduce of the gradient; allgather -> this rank's rows of the
 summed gradient; broadcast -> the summed gradient on the root, zero elsewhere; alltoall -> the
-reverse alltoall; reducescatter -> allgather).  Collectives cannot run inside XLA.
+reverse alltoall; reducescatter -> allgather, times size for Sum).  Collectives cannot run inside XLA.
 """
 from __future__ import annotations
 
@@ -358,9 +358,11 @@ def _scatter(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: f
         return _bridge(core, ts, [t.dtype for t in ts], shapes, what)
 
     def backward(dys, xs):
+        # Horovod's rule (as horovod.torch here): the gathered gradient, times size for Sum
         grads = _gather(dys, f"{name}.grad" if name else None, process_set, what, group)
-        scale = (pre * post) / (ctl.size if op_name == "average" else 1)
-        return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in grads]
+        if op_name == "sum":
+            grads = [g * tf.cast(ctl.size, g.dtype) for g in grads]
+        return grads
 
     return _differentiable(forward, backward, tensors)
 
