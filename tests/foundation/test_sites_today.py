@@ -93,6 +93,14 @@ def test_polaris_directives_and_mpiexec_line(program):
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == [f"{k}={v}" for k, v in plan.exports]
 
 
+def test_polaris_with_both_hw_threads_binds_cores_and_their_siblings(program):
+    """--depth would give a rank 16 consecutive CPUs = 16 cores' first threads; with 2 threads
+    per core each rank gets its 8 cores and their second threads (Linux: core + 32)."""
+    _, script = render("polaris", program, nodes=1, project="p", walltime=30, queue="debug", threads_per_core=2)
+    argv = launch_comment(script)
+    assert argv[5] == "--cpu-bind=list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63"
+
+
 def test_polaris_ranks_take_gpus_in_alcfs_order():
     """set_affinity_gpu_polaris.sh: local rank r -> GPU 3 - r % 4 (closest to its cores)."""
     from wmlce_tools.ddlrun.plan import DdlrunOptions, build_plan

@@ -5,7 +5,11 @@
 ``--cpu-bind=list:<rank 0 CPUs>:<rank 1 CPUs>:...`` built from the Layout (ALCF's Aurora
 binding ``list:1-8:9-16:...:93-100``: cores 0 and 52 are left to the system, see
 ``node.reserved_cores_per_socket``).  Variables every rank must see go as ``--env KEY=VALUE``.
-PALS reads the nodes from the PBS job itself ($PBS_NODEFILE), so no host list is passed.
+Depth binding hands each rank consecutive Linux CPUs, which are whole cores' first hw threads
+(Linux numbers a core's second thread core + cores-per-node), so a rank that uses several hw
+threads per core (``--threads-per-core 2``) gets the list form instead: its cores and their
+sibling threads.  PALS reads the nodes from the PBS job itself ($PBS_NODEFILE), so no host list
+is passed.
 Flags as in ALCF's "Running Jobs on Polaris/Aurora" pages (mpiexec --help of PALS).
 """
 from __future__ import annotations
@@ -46,6 +50,8 @@ def cpu_bind_list(layout) -> str:
 def command(layout, ctx, program):
     opts = ctx.site.launcher_options
     bind = opts.bind or "depth"
+    if bind == "depth" and layout.threads_per_core > 1:
+        bind = "list"
     argv = ["mpiexec", "-n", str(layout.size), "--ppn", str(layout.ranks_per_node)]
     if bind == "depth":
         argv += [f"--depth={layout.cores_per_rank * layout.threads_per_core}", "--cpu-bind", "depth"]
