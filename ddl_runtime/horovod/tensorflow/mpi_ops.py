@@ -152,8 +152,8 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
               ignore_name_scope=False):
     """Reduce `tensor` over the ranks of `process_set` (default op: Average); returns a new tensor.
 
-    op: hvd.Average, Sum, Min, Max, Product (Adasum is refused).  Integer tensors are averaged
-    with floor division.  tf.IndexedSlices are gathered, as Horovod does.  Differentiable.
+    op: hvd.Average, Sum, Min, Max, Product (Adasum is refused).  Integer averages are
+    truncated toward zero.  tf.IndexedSlices are gathered, as Horovod does.  Differentiable.
     """
     what = _name(name, "allreduce")
     op_name = reduce_op(op, average, what)
