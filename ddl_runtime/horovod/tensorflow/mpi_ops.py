@@ -12,7 +12,7 @@ reverse alltoall; reducescatter -> allgather, times size for Sum).  Collectives 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -139,7 +139,7 @@ def _reduce(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: fl
 def _sparse_allreduce(tensor: tf.IndexedSlices, name: Optional[str], op_name: str, process_set: Any) -> tf.IndexedSlices:
     """Horovod's rule for IndexedSlices: gather every rank's values and indices (Average divides)."""
     if op_name not in ("sum", "average"):
-        raise DDLInputError(f"allreduce: IndexedSlices support op=hvd.Average or hvd.Sum only")
+        raise DDLInputError("allreduce: IndexedSlices support op=hvd.Average or hvd.Sum only")
     values = allgather(tensor.values, name=f"{name}.values" if name else None, process_set=process_set)
     indices = allgather(tensor.indices, name=f"{name}.indices" if name else None, process_set=process_set)
     if op_name == "average":
