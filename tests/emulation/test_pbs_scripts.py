@@ -173,6 +173,20 @@ def test_wml_submit_wait_and_status_through_qsub_and_qstat(run_wml, isolated_env
     assert proc.returncode == 4, f"{proc.stdout}\n{proc.stderr}"
 
 
+def test_wml_cancel_of_a_finished_pbs_job_asks_qdel_and_reports_how_it_ended(run_wml, isolated_env, tmp_path):
+    env = job_env(isolated_env, tmp_path, {"PBS_DOUBLE_NODES": "1"})
+    proc = run_wml("submit", "--site", "polaris", "--nodes", "1", "--ranks-per-node", "1", "-q", "debug",
+                   "-P", "datascience", "-t", "10", str(PROGRAM), env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    job_id = re.search(r"Submitted job (\S+)", proc.stdout).group(1)
+    cancel = run_wml("cancel", job_id, env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    assert [r["job"] for r in records(tmp_path, "qdel")] == [job_id]
+    assert f"job {job_id} had already ended: COMPLETED" in cancel.stdout
+    unknown = run_wml("cancel", "99.pbs-double", env=env)
+    assert unknown.returncode != 0 and unknown.stderr.startswith("wml: error: ")
+
+
 # -- the doubles themselves are strict ----------------------------------------------------
 
 def run_double(path: Path, *args: str, env: Dict[str, str], cwd=None) -> subprocess.CompletedProcess:
