@@ -7,7 +7,8 @@ SGD's / RMSprop's ``momentum`` is a plain float baked into the compiled step.  S
 
 - :class:`BroadcastGlobalVariablesCallback` broadcasts the root's model variables when training
   starts and, as Horovod does, model *and* optimizer variables again after the first batch
-  (the optimizer state exists by then).
+  (the optimizer state exists by then).  On TensorFlow it and MetricAverageCallback turn XLA
+  off for the train step when Keras compiled it with ``jit_compile`` (one notice line).
 - :class:`MetricAverageCallback` replaces each epoch's numeric metrics by their mean over ranks.
 - :class:`LearningRateScheduleCallback` / :class:`LearningRateWarmupCallback` set
   ``optimizer.learning_rate`` (a Variable, so a compiled step sees it).  Horovod's momentum
@@ -38,6 +39,15 @@ __all__ = [
 
 def _init() -> None:
     _ddl.init()
+
+
+def _prepare_train_step(model: Any) -> None:
+    """TensorFlow backend: no XLA for the train step (the gradient allreduce cannot run inside it;
+    one notice line) and DDL errors from the step raised as themselves -- ddl_runtime.keras's own
+    preparation, shared with DDLCallback."""
+    if keras.backend.backend() == "tensorflow":
+        from ddl_runtime.keras import _prepare_tf_train_step
+        _prepare_tf_train_step(model)
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,6 +118,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
                 broadcast_keras_variables(opt_vars, self.root_rank, "optimizer variable")
 
     def on_train_begin(self, logs=None):
+        _prepare_train_step(self.model)
         self._broadcast(with_optimizer=True)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -150,6 +161,9 @@ class MetricAverageCallback(keras.callbacks.Callback):
         _ddl.allreduce_n([values], op="avg", names=["metrics:" + ",".join(keys)])
         for k, v in zip(keys, values):
             logs[k] = float(v)
+
+    def on_train_begin(self, logs=None):
+        _prepare_train_step(self.model)
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_metrics_in_place(logs)

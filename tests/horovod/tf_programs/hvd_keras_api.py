@@ -82,6 +82,18 @@ for with_broadcast in (True, False):
 ok("BroadcastGlobalVariablesCallback in model.fit (weights and optimizer state)")
 
 
+# -- TensorFlow: a step compiled with XLA gets XLA turned off (the allreduce cannot run inside it)
+if keras.backend.backend() == "tensorflow":
+    model = dense_model(5)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse", jit_compile=True)
+    assert model.jit_compile is True
+    model.fit(x[half], y[half], batch_size=8, epochs=1, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert model.jit_compile is False
+    assert identical_everywhere(model) == 0.0
+    ok("jit_compile=True: XLA off for the train step")
+
+
 # -- MetricAverageCallback -------------------------------------------------------------------------
 class Recorder(keras.callbacks.Callback):
     def __init__(self):
