@@ -233,22 +233,17 @@ class ShmGroup:
         self.ctl_win.Free()
         self.comm.Free()
 
-    def views(self, shm_plan: ShmPlan) -> List[List[np.ndarray]]:
-        """views[rank][group]: a typed view of that rank's arena for one dtype group."""
-        return [[arena[g.byte_offset:g.byte_offset + g.length * g.dtype.itemsize].view(g.dtype)
-                 for g in shm_plan.groups] for arena in self.arenas]
-
-    def plan_for(self, refs: Sequence[TensorRef]) -> Tuple[ShmPlan, List[List[np.ndarray]]]:
-        key = tuple((r.numel, r.reduce_dtype) for r in refs)
+    def compiled(self, refs: Sequence[TensorRef]) -> "Compiled":
+        """The plan for these tensors with every arena view it needs made once (cached)."""
+        key = tuple((r.numel, r.dtype) for r in refs)
         cached = self.plans.get(key)
-        if cached is None or cached[1] != self.generation:
+        if cached is None or cached.generation != self.generation:
             shm_plan = plan(refs, self.size, self.rank)
             self.ensure(shm_plan.nbytes)
             if len(self.plans) > 256:
                 self.plans.clear()
-            cached = (shm_plan, self.generation, self.views(shm_plan))
-            self.plans[key] = cached
-        return cached[0], cached[2]
+            cached = self.plans[key] = Compiled(shm_plan, self, [r.widened for r in refs])
+        return cached
 
     # -- allreduce ------------------------------------------------------------------------
     def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
@@ -257,75 +252,90 @@ class ShmGroup:
         With an enabled timeline: PACK (publishing the first round), ALLREDUCE (the rounds,
         algorithm "shm") and UNPACK (gathering the last round) spans.
         """
-        shm_plan, views = self.plan_for(refs)
-        if not shm_plan.groups:
+        c = self.compiled(refs)
+        if not c.rounds:
             return
         t0 = time.perf_counter()
         ufunc = UFUNCS[op]
-        rounds = shm_plan.rounds
-        self._publish(rounds[0], refs, views)
+        flats = [r.flat for r in refs]
+        _publish(c.rounds[0], flats, refs)
         t1 = time.perf_counter()
         self.barrier()
         # Round k: reduce my chunk k, publish chunk k+1, one barrier, gather the others' chunk k.
         # One barrier per round suffices: after it, peers read only what was written before it
         # (my reduced chunk k, my published chunk k+1) and nobody writes what is being read.
         t2 = t1
-        for k, (own, others) in enumerate(rounds):
-            self._reduce(own, refs, views, ufunc, scale)
-            if k + 1 < len(rounds):
-                self._publish(rounds[k + 1], refs, views)
+        last = len(c.rounds) - 1
+        for k, r in enumerate(c.rounds):
+            for i, a, b, acc, peers in r.reduce:
+                base = acc if refs[i].widened else flats[i][a:b]
+                for peer in peers:
+                    ufunc(base, peer, out=acc)
+                    base = acc
+                _store(refs[i], acc, flats[i][a:b], scale)
+            if k < last:
+                _publish(c.rounds[k + 1], flats, refs)
             self.barrier()
             t2 = time.perf_counter()
-            for p in others:
-                src = views[p.owner][p.group][p.offset:p.offset + p.stop - p.start]
-                self._store(refs[p.tensor], src, p, scale)
+            for i, a, b, src in r.gather:
+                _store(refs[i], src, flats[i][a:b], scale)
         if timeline is not None and timeline.enabled:
-            nbytes = sum(g.length * g.dtype.itemsize for g in shm_plan.groups)
+            nbytes = sum(g.length * g.dtype.itemsize for g in c.plan.groups)
             timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})
             timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm", "bytes": nbytes, "op": op,
-                                                         "rounds": len(rounds),
-                                                         "dtype": ",".join(g.dtype.name for g in shm_plan.groups)})
+                                                         "rounds": len(c.rounds),
+                                                         "dtype": ",".join(g.dtype.name for g in c.plan.groups)})
             timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
 
-    def _publish(self, round_: Round, refs: Sequence[TensorRef], views) -> None:
-        """Copy (or widen) my tensors' part of the other ranks' chunks into my arena; widen my own."""
-        mine = views[self.rank]
-        own, others = round_
-        for p in others:
-            ref = refs[p.tensor]
-            dst = mine[p.group][p.offset:p.offset + p.stop - p.start]
-            if ref.widened:
-                widen(ref.flat[p.start:p.stop], ref.dtype, dst)
-            else:
-                np.copyto(dst, ref.flat[p.start:p.stop])
-        for p in own:
-            ref = refs[p.tensor]
-            if ref.widened:
-                widen(ref.flat[p.start:p.stop], ref.dtype, mine[p.group][p.offset:p.offset + p.stop - p.start])
 
-    def _reduce(self, own: Sequence[Piece], refs: Sequence[TensorRef], views, ufunc, scale) -> None:
-        """My chunk: my tensors + every peer's arena, into my arena (for the peers) and my tensors."""
-        mine = views[self.rank]
-        peers = [views[r] for r in range(self.size) if r != self.rank]
-        for p in own:
-            ref = refs[p.tensor]
-            lo, hi = p.offset, p.offset + p.stop - p.start
-            acc = mine[p.group][lo:hi]
-            base = acc if ref.widened else ref.flat[p.start:p.stop]
-            for peer in peers:
-                ufunc(base, peer[p.group][lo:hi], out=acc)
-                base = acc
-            self._store(ref, acc, p, scale)
+@dataclass
+class CompiledRound:
+    publish: list  # (tensor, start, stop, my arena view): copy or widen into it
+    reduce: list  # (tensor, start, stop, my arena view, peers' arena views)
+    gather: list  # (tensor, start, stop, owner's arena view)
 
-    @staticmethod
-    def _store(ref: TensorRef, src: np.ndarray, p: Piece, scale: Optional[float]) -> None:
-        dst = ref.flat[p.start:p.stop]
+
+class Compiled:
+    """A plan bound to the current arenas: per round, the arena views each step touches."""
+
+    def __init__(self, shm_plan: ShmPlan, group: ShmGroup, widened: Sequence[bool]):
+        self.plan = shm_plan
+        self.generation = group.generation
+        views = [[arena[g.byte_offset:g.byte_offset + g.length * g.dtype.itemsize].view(g.dtype)
+                  for g in shm_plan.groups] for arena in group.arenas]
+        me = group.rank
+        peers = [r for r in range(group.size) if r != me]
+
+        def view(rank: int, p: Piece) -> np.ndarray:
+            return views[rank][p.group][p.offset:p.offset + p.stop - p.start]
+
+        self.rounds: List[CompiledRound] = []
+        for own, others in shm_plan.rounds:
+            self.rounds.append(CompiledRound(
+                [(p.tensor, p.start, p.stop, view(me, p)) for p in others]
+                + [(p.tensor, p.start, p.stop, view(me, p)) for p in own if widened[p.tensor]],
+                [(p.tensor, p.start, p.stop, view(me, p), tuple(view(r, p) for r in peers)) for p in own],
+                [(p.tensor, p.start, p.stop, view(p.owner, p)) for p in others]))
+
+
+def _publish(r: CompiledRound, flats: Sequence[np.ndarray], refs: Sequence[TensorRef]) -> None:
+    """Copy (or widen) my tensors' part of the other ranks' chunks into my arena; widen my own."""
+    for i, a, b, dst in r.publish:
+        ref = refs[i]
         if ref.widened:
-            narrow(src, ref.dtype, dst, scale)
-        elif scale is not None:
-            np.divide(src, scale, out=dst)
+            widen(flats[i][a:b], ref.dtype, dst)
         else:
-            np.copyto(dst, src)
+            np.copyto(dst, flats[i][a:b])
+
+
+def _store(ref: TensorRef, src: np.ndarray, dst: np.ndarray, scale: Optional[float]) -> None:
+    """A reduced run into the user's tensor: round back (16-bit floats), divide (avg) or copy."""
+    if ref.widened:
+        narrow(src, ref.dtype, dst, scale)
+    elif scale is not None:
+        np.divide(src, scale, out=dst)
+    else:
+        np.copyto(dst, src)
 
 
 def open_group(world: MPI.Comm, one_node: bool, enabled: bool, watchdog,
