@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -113,6 +114,7 @@ class Controller:
         self.in_flight: List[Tuple[kernels.InFlight, List[Handle]]] = []
         self.noname: Dict[str, int] = {}
         self.closed = False
+        self.lock = threading.RLock()
         self.progress_all: Callable[[], None] = self.progress  # the registry makes waits progress every set
 
     # -- submitting -----------------------------------------------------------------------
@@ -122,6 +124,10 @@ class Controller:
         return f"noname.{n}"
 
     def submit(self, request: Request) -> Handle:
+        with self.lock:
+            return self._submit(request)
+
+    def _submit(self, request: Request) -> Handle:
         if self.closed:
             raise DDLError(f"{request.kind} '{request.name}': the process set was removed or shut down")
         if request.key in self.local:
@@ -131,12 +137,16 @@ class Controller:
         handle = Handle(self, request)
         self.local[request.key] = handle
         self.unannounced.append(handle)
-        self.progress()
+        self._progress()
         return handle
 
     # -- progress -------------------------------------------------------------------------
     def progress(self) -> None:
         """One non-blocking step: finish completed transfers, advance the negotiation round."""
+        with self.lock:  # autograd may run hooks (and so submit) on another thread
+            self._progress()
+
+    def _progress(self) -> None:
         if self.in_flight:
             still = []
             for flight, handles in self.in_flight:
@@ -409,10 +419,11 @@ class Controller:
                 warned_at = now
                 _log.log(f"{self._stall_line(handle)} for {waited:.0f} s")
             if limit is not None and waited >= limit:
-                error = DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up")
-                if handle in self.unannounced:
-                    self.unannounced.remove(handle)
-                self._fail(handle, error)  # the name is free again on this rank
+                with self.lock:
+                    error = DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up")
+                    if handle in self.unannounced:
+                        self.unannounced.remove(handle)
+                    self._fail(handle, error)  # the name is free again on this rank
                 raise error
             if waited > 1.0:
                 time.sleep(0.0005)  # a long wait: stop burning a core

@@ -6,9 +6,9 @@ import pytest
 def test_torch_collectives_match_references(hvd_run, n):
     """allreduce ops/scaling/in-place/async/bfloat16, order-independent matching by name, grouped ops,
     allgather with differing first dims, broadcast, alltoall with splits, uneven reducescatter,
-    autograd through every collective, fp16 compression, barrier and poll."""
+    autograd through every collective, fp16 compression, barrier and poll, threads."""
     result = hvd_run(n, "core_collectives.py")
-    result.assert_ok(n, expected_checks=12)
+    result.assert_ok(n, expected_checks=13)
 
 
 def test_collectives_appear_in_the_timeline(hvd_run, tmp_path):

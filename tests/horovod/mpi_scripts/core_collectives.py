@@ -199,11 +199,32 @@ def barrier_and_poll():
     eq(hvd.synchronize(h), torch.ones(3))
 
 
+def threads():
+    """Several threads of a rank submit and wait at once (autograd may run hooks off the main thread)."""
+    import threading
+
+    out, errors = {}, []
+
+    def work(i):
+        try:
+            out[i] = hvd.allreduce(torch.full((3,), float(i + R)), name=f"thread.{i}", op=hvd.Sum)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert not errors, errors
+    for i in range(4):
+        eq(out[i], torch.full((3,), float(sum(i + r for r in range(N)))))
+
+
 for name, fn in [("allreduce_ops", allreduce_ops), ("allreduce_scaling", allreduce_scaling),
                  ("allreduce_inplace_and_async", allreduce_inplace_and_async), ("order_independent", order_independent),
                  ("grouped", grouped), ("allgather", allgather), ("broadcast", broadcast), ("alltoall", alltoall),
                  ("reducescatter", reducescatter), ("autograd", autograd), ("compression", compression),
-                 ("barrier_and_poll", barrier_and_poll)]:
+                 ("barrier_and_poll", barrier_and_poll), ("threads", threads)]:
     check(name, fn)
 print("DONE", flush=True)
 sys.exit(1 if failures else 0)
