@@ -7,6 +7,7 @@ passed on both ranks.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -33,12 +34,12 @@ KERAS_CHECKS = [
 ]
 
 
-def _ddlrun(program: str, *args: str, backend: str = "tensorflow", timeout: float = 300) -> str:
+def _ddlrun(program: str, *args: str, backend: str = "tensorflow", timeout: float = 300, env=None) -> str:
     cmd = [sys.executable, "-m", "wmlce_tools.ddlrun.cli", "--horovod", "-n", "2", sys.executable,
            str(PROGRAMS / program), *args]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           env=clean_env({"KERAS_BACKEND": backend}), stdin=subprocess.DEVNULL)
+                           env=clean_env({"KERAS_BACKEND": backend, **(env or {})}), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s: {str(exc.stdout)[-3000:]}")
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
@@ -50,10 +51,17 @@ def _passed(stdout: str, rank: int) -> list:
     return [line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix)]
 
 
-def test_horovod_tensorflow_api_on_two_ranks():
-    out = _ddlrun("hvd_tf_api.py")
+def test_horovod_tensorflow_api_on_two_ranks(tmp_path):
+    trace = tmp_path / "timeline.json"
+    out = _ddlrun("hvd_tf_api.py", env={"HOROVOD_TIMELINE": str(trace)})
     for rank in (0, 1):
         assert _passed(out, rank) == TF_CHECKS, out[-4000:]
+    # HOROVOD_TIMELINE: rank 0's Chrome trace shows the TensorFlow collectives
+    events = json.loads(trace.read_text())
+    names = {e.get("name", "") for e in events}
+    for kind in ("ALLREDUCE", "ALLGATHER", "ALLTOALL"):
+        assert f"NEGOTIATE_{kind}" in names, sorted(names)
+    assert any(n.startswith("ALLREDUCE") and not n.startswith("NEGOTIATE") for n in names), sorted(names)
 
 
 @pytest.mark.parametrize("module,backend", [("horovod.tensorflow.keras", "tensorflow"), ("horovod.keras", "torch")])

@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Sequence
 import keras
 
 from ddl_runtime.horovod.common import *  # noqa: F401,F403  (init, rank, size, ..., Average, Sum, ...)
+from ddl_runtime.horovod.timeline import start_timeline, stop_timeline  # noqa: F401
 
 from . import callbacks  # noqa: F401
 from ._optimizer import DistributedOptimizer  # noqa: F401

@@ -19,6 +19,7 @@ Keras 3 has no global variable collection.
 from ddl_runtime.errors import DDLInputError as _DDLInputError
 
 from ..common import *  # noqa: F401,F403  (init, shutdown, rank, size, ..., Average, Sum, ProcessSet, ...)
+from ..timeline import start_timeline, stop_timeline  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables  # noqa: F401
 from .gradient_tape import DistributedGradientTape  # noqa: F401
