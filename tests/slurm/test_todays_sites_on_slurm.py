@@ -33,6 +33,7 @@ def shrunk(name: str, local_slurm) -> dict:
     prof.pop("detect", None)
     prof.setdefault("launcher_options", {})["srun_mpi"] = "pmi2"
     prof.pop("slurm", None)
+    prof.pop("project_required", None)     # no accounts on this cluster
     return prof
 
 
