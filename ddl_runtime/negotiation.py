@@ -147,25 +147,30 @@ class Controller:
             self._progress()
 
     def _progress(self) -> None:
-        if self.in_flight:
-            still = []
-            for flight, handles in self.in_flight:
-                if flight.test():
-                    self._span(flight)
-                    for h in handles:
-                        h._pending_data -= 1
-                        if h._pending_data == 0:
-                            self._complete(h)
-                else:
-                    still.append((flight, handles))
-            self.in_flight = still
+        self._test_transfers()
         for _ in range(4):  # a few rounds per call when they complete at once
             if self._round_state is None:
                 if not self._needs_round():
-                    return
+                    break
                 self._start_round()
             if not self._advance_round():
-                return
+                break
+            self._test_transfers()  # what the round just started may be done already
+
+    def _test_transfers(self) -> None:
+        if not self.in_flight:
+            return
+        still = []
+        for flight, handles in self.in_flight:
+            if flight.test():
+                self._span(flight)
+                for h in handles:
+                    h._pending_data -= 1
+                    if h._pending_data == 0:
+                        self._complete(h)
+            else:
+                still.append((flight, handles))
+        self.in_flight = still
 
     def _needs_round(self) -> bool:
         if self.unannounced:
