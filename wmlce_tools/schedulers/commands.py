@@ -166,9 +166,13 @@ def run(argv: Sequence[str], controller: Optional[Controller], *, missing_hint: 
     tool = argv[0]
     if shutil.which(tool, path=(env or os.environ).get("PATH")) is None:
         raise WmlError(f"{tool} not found" + (f": {missing_hint}" if missing_hint else ""))
-    connect_s = connect_seconds() if connect_s is None else connect_s
     out = progress if progress is not None else sys.stderr
     tail = f"; {context}" if context else ""
+    if connect_s is None:
+        try:
+            connect_s = connect_seconds()
+        except WmlError as e:
+            raise WmlError(f"{e}{tail}") from None
     start = time.monotonic()
     deadline = start + wait_s
     delay = 0.5
