@@ -250,7 +250,7 @@ def _check_not_xla(what: str) -> None:
         return
     if control_flow_util.GraphOrParentsInXlaContext(_tf_ops.get_default_graph()):
         raise DDLError(f"{what}: a ddl_runtime collective cannot run inside XLA (jit_compile=True); "
-                       "compile this function without jit_compile")
+                       "compile it without jit_compile (Keras: model.compile(jit_compile=False), or use DDLCallback)")
 
 
 def _is_float(t: tf.Tensor) -> bool:

@@ -60,6 +60,8 @@ def test_single_tensor_collectives(ranks):
         assert rec["input_after"] == ([1, 5, -2] if rec["rank"] == 0 else [-1, 7, -7])
         assert rec["broadcast_variables"] == [1.0, 11.0]  # root 1's values assigned
         assert rec["variable_allreduce"][0]["values"] == [2.0, 22.0]
+        assert [g["values"] for g in rec["ddl_module"]] == [[3.0], [3, 6], [1.0]]
+        assert [g["dtype"] for g in rec["ddl_module"]] == ["float32", "int32", "float32"]
 
 
 def test_gradients_through_collectives(ranks):
@@ -123,6 +125,8 @@ def test_bad_input_is_one_line_input_error_before_anything_is_sent(ranks):
             assert e is not None and e["is_ddl_input"], (case, e)
             assert text in e["message"] and "\n" not in e["message"], (case, e)
     assert "unsupported dtype uint8" in ranks[1]["bad_one_rank_only"]["message"]
+    for rec in ranks:  # a collective inside XLA is refused while tracing, with what to do instead
+        assert rec["xla"]["type"] == "DDLError" and "jit_compile=False" in rec["xla"]["message"], rec["xla"]
     # rank 1 alone failed a call; had anything been sent, this next collective would not line up
     for rec in ranks:
         assert rec["after_bad"][0]["values"] == [2.0, 4.0]

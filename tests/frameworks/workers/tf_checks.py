@@ -100,6 +100,13 @@ v = tf.Variable([float(r), 10.0 + r])
 dtf.broadcast_variables([v], root_rank=1)
 rec["broadcast_variables"] = v.numpy().tolist()
 rec["variable_allreduce"] = values([dtf.allreduce(v, op="sum")])
+# WML CE's `import ddl` takes TensorFlow tensors as its TF operator did
+import ddl  # noqa: E402
+
+u = tf.Variable([float(r)])
+ddl.broadcast_variables([u], root_rank=1)
+rec["ddl_module"] = values([ddl.allreduce(tf.constant([1.0 + r]), op="sum"),
+                            ddl.allreduce_n([tf.constant([1, 2]) * (r + 1)], op="sum")[0], u.value()])
 
 # -- gradients through the collectives ------------------------------------------------------
 w = tf.Variable([1.0, 2.0, 3.0])
@@ -201,6 +208,8 @@ if r == 1:  # only one rank errs: the other must not be left waiting (nothing wa
     bad["one_rank_only"] = lambda: dtf.allreduce(tf.ones([2], tf.uint8))
 for case, fn in bad.items():
     rec[f"bad_{case}"] = err(fn)
+rec["xla"] = err(tf.function(tf.autograph.experimental.do_not_convert(lambda: dtf.allreduce_n([tf.ones([2])])),
+                             jit_compile=True))
 rec["after_bad"] = values([dtf.allreduce(tf.constant([1.0, 2.0]), op="sum")])
 
 with open(os.path.join(out_dir, f"rank{r}.json"), "w") as fh:
