@@ -45,10 +45,13 @@ def _check(t: Any, what: str, reduce: bool) -> tf.Tensor:
 
 
 def _host(a: Any) -> np.ndarray:
-    """A writable C-contiguous numpy copy; bfloat16 travels as float32 (MPI has no bfloat16)."""
-    a = np.array(a, copy=True, order="C")
+    """A writable C-contiguous numpy array of our own (copied only when `a` is not one already);
+    bfloat16 travels as float32 (MPI has no bfloat16)."""
+    a = np.asarray(a)
     if a.dtype.name == "bfloat16":
-        a = a.astype(np.float32)
+        return a.astype(np.float32)
+    if not (a.flags.writeable and a.flags.c_contiguous and a.flags.owndata):
+        a = np.array(a, copy=True, order="C")
     return a
 
 
@@ -118,10 +121,9 @@ def _scales(prescale_factor: Any, postscale_factor: Any, what: str) -> Tuple[flo
 # -- allreduce ----------------------------------------------------------------------------------
 def _reduce(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: float, post: float,
             process_set: Any, what: str, group: bool) -> List[tf.Tensor]:
-    def core(arrays):
-        outs = [np.empty_like(a) for a in arrays]
-        _run("allreduce", name, (op_name, pre, post), arrays, outs, process_set, what, group=group)
-        return outs
+    def core(arrays):  # the arrays are our own host copies: reduced in place
+        _run("allreduce", name, (op_name, pre, post), arrays, arrays, process_set, what, group=group)
+        return arrays
 
     def forward(ts):
         return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what)
