@@ -32,8 +32,6 @@ from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
 
-KINDS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join")
-REDUCE_OPS = ("sum", "average", "min", "max", "product")
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 YIELD_AFTER_S = 50e-6
 
@@ -294,8 +292,6 @@ class Controller:
         descs = entry.descs
         first = next(iter(descs.values()))
         kind = first[0]
-        if len({d[0] for d in descs.values()}) > 1:
-            return f"'{name}': ranks call different collectives: " + _sides(descs, lambda d: d[0], self.global_ranks)
         what = f"{kind} '{name}'"
         if len({d[2] for d in descs.values()}) > 1:
             label = {"allreduce": "op/scale factors", "reducescatter": "op/scale factors",
