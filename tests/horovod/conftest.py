@@ -42,14 +42,26 @@ class HvdResult:
         assert self.returncode == 0, tail
 
 
-def hvd_mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 120) -> HvdResult:
+OPENMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"  # Debian's openmpi-bin (scripts/test installs it)
+OPENMPI_LIBMPI = "libmpi.so.40"
+
+
+def hvd_mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 120,
+               mpi: str = "mpich") -> HvdResult:
+    """Run mpi_scripts/<script> on n ranks: pip's MPICH, or (mpi="openmpi") Debian's Open MPI."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
     environment.setdefault("OMP_NUM_THREADS", "1")
+    if mpi == "openmpi":
+        launcher = [OPENMPI_MPIEXEC, "--oversubscribe"]
+        environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                           MPI4PY_LIBMPI=OPENMPI_LIBMPI)
+    else:
+        mpiexec = shutil.which("mpiexec")
+        assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+        launcher = [mpiexec]
     environment.update(env or {})
-    mpiexec = shutil.which("mpiexec")
-    assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
-    cmd = [mpiexec, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
+    cmd = [*launcher, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
     return HvdResult(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
@@ -58,3 +70,11 @@ def hvd_mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout
 @pytest.fixture
 def hvd_run():
     return hvd_mpirun
+
+
+@pytest.fixture
+def openmpi():
+    """Skips when Debian's Open MPI is absent (an optional second MPI: apt-get install openmpi-bin)."""
+    if not (Path(OPENMPI_MPIEXEC).exists() and any(Path("/usr/lib").glob(f"*/{OPENMPI_LIBMPI}"))):
+        pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
+    return "openmpi"

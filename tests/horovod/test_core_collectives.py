@@ -11,6 +11,12 @@ def test_torch_collectives_match_references(hvd_run, n):
     result.assert_ok(n, expected_checks=13)
 
 
+def test_collectives_and_join_on_open_mpi(hvd_run, openmpi):
+    """The same checks on Debian's Open MPI (its own non-blocking collectives and progress rules)."""
+    hvd_run(2, "core_collectives.py", mpi=openmpi).assert_ok(2, expected_checks=13)
+    hvd_run(2, "core_sets_join.py", mpi=openmpi).assert_ok(2, expected_checks=12)
+
+
 def test_collectives_appear_in_the_timeline(hvd_run, tmp_path):
     import json
 
