@@ -19,7 +19,7 @@ SGD's / RMSprop's ``momentum`` is a plain float baked into the compiled step.  S
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -27,13 +27,13 @@ import keras
 
 import ddl_runtime as _ddl
 from ddl_runtime.errors import DDLInputError
+from ddl_runtime.keras import _prepare_tf_train_step, broadcast_variables as _broadcast_variables
 
 __all__ = [
     "BroadcastGlobalVariablesCallback",
     "MetricAverageCallback",
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",
-    "broadcast_keras_variables",
 ]
 
 
@@ -46,44 +46,11 @@ def _prepare_train_step(model: Any) -> None:
     one notice line) and DDL errors from the step raised as themselves -- ddl_runtime.keras's own
     preparation, shared with DDLCallback."""
     if keras.backend.backend() == "tensorflow":
-        from ddl_runtime.keras import _prepare_tf_train_step
         _prepare_tf_train_step(model)
 
 
 # --------------------------------------------------------------------------------------------
-# variables
-
-
-def _as_numpy(v: Any) -> np.ndarray:
-    return np.array(keras.ops.convert_to_numpy(v), copy=True, order="C")
-
-
-_WIRE = {np.dtype(np.bool_): np.int32, np.dtype(np.int8): np.int32, np.dtype(np.int16): np.int32,
-         np.dtype(np.uint8): np.int32, np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
-
-
-def broadcast_keras_variables(variables: Sequence[Any], root_rank: int = 0, what: str = "variable") -> None:
-    """Assign the root's values to ``variables`` (Keras 3 variables, any backend) on every rank.
-
-    One fused broadcast; variables are named by their path, so ranks that hold different
-    variables (shape, dtype or order) get a mismatch error naming the first differing one.
-    """
-    _init()
-    variables = list(variables)
-    if _ddl.size() == 1 or not variables:
-        return
-    arrays: List[np.ndarray] = []
-    dtypes: List[np.dtype] = []
-    names: List[str] = []
-    for i, v in enumerate(variables):
-        arr = _as_numpy(v)
-        dtypes.append(arr.dtype)
-        wire = _WIRE.get(arr.dtype)
-        arrays.append(arr.astype(wire) if wire is not None else arr)
-        names.append(f"{what}[{i}]:{getattr(v, 'path', None) or getattr(v, 'name', '?')}")
-    _ddl.bcast_n(arrays, root=root_rank, names=names)
-    for v, arr, dtype in zip(variables, arrays, dtypes):
-        v.assign(arr if arr.dtype == dtype else arr.astype(dtype))
+# variables (broadcast by ddl_runtime.keras.broadcast_variables: checked across ranks, any backend)
 
 
 def _optimizer_variables(optimizer: Any) -> List[Any]:
@@ -111,11 +78,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.broadcast_done = False
 
     def _broadcast(self, with_optimizer: bool) -> None:
-        broadcast_keras_variables(self.model.variables, self.root_rank, "model variable")
+        _broadcast_variables(self.model.variables, self.root_rank, "model variable")
         if with_optimizer:
             opt_vars = _optimizer_variables(self.model.optimizer)
             if opt_vars:
-                broadcast_keras_variables(opt_vars, self.root_rank, "optimizer variable")
+                _broadcast_variables(opt_vars, self.root_rank, "optimizer variable")
 
     def on_train_begin(self, logs=None):
         _prepare_train_step(self.model)
