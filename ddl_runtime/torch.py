@@ -28,7 +28,6 @@ collective and also raises on every rank.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 import ddl_runtime as _ddl
+from ddl_runtime.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
 
 try:  # a more specific type when the core runtime provides it
@@ -141,86 +141,6 @@ def save_checkpoint(obj: Any, path: Union[str, os.PathLike], root_rank: int = 0)
             os.unlink(tmp)
         raise
     return True
-
-
-# --------------------------------------------------------------------------------------------
-# cross-rank helpers built only on allreduce (sum/max), so they need nothing else from the core
-
-
-def _gather_rows(row: np.ndarray) -> np.ndarray:
-    """Every rank's float64 ``row`` (same length on all ranks) as a (size, n) array.
-
-    Each rank writes its row into its own slot of a zero matrix and the matrices are summed:
-    exact for float64 values (x + 0 == x), and it relies on nothing but ``allreduce``.
-    """
-    n = int(row.shape[0])
-    mat = np.zeros((size(), max(n, 1)), dtype=np.float64)
-    mat[rank(), :n] = row
-    out = _ddl.allreduce(mat, op="sum")
-    return np.asarray(out, dtype=np.float64).reshape(size(), max(n, 1))[:, :n]
-
-
-def _gather_strings(text: str) -> List[str]:
-    """Every rank's string (used only on error paths, to write a precise message)."""
-    data = text.encode("utf-8")
-    length = _gather_rows(np.array([len(data)], dtype=np.float64))
-    width = int(length.max())
-    row = np.zeros(width, dtype=np.float64)
-    row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    rows = _gather_rows(row)
-    return [
-        bytes(rows[r, : int(length[r, 0])].astype(np.uint8)).decode("utf-8", "replace")
-        for r in range(rows.shape[0])
-    ]
-
-
-def _digest(text: str) -> float:
-    """A 48-bit hash as an exactly representable float64."""
-    return float(int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=6).digest(), "big"))
-
-
-def _check_consistent(what: str, names: Sequence[str], descs: Sequence[str]) -> None:
-    """Raise the same DDLError on every rank unless all ranks hold the same items.
-
-    ``names[i]`` names item i (e.g. a parameter), ``descs[i]`` describes what must match
-    (shape, dtype, ...).  One small allreduce when everything agrees; a few more only to
-    word the error.
-    """
-    if size() == 1:
-        return
-    counts = _gather_rows(np.array([len(names)], dtype=np.float64))[:, 0].astype(int)
-    if len(set(counts.tolist())) != 1:
-        lists = [s.split("\n") if s else [] for s in _gather_strings("\n".join(names))]
-        mine = set(names)
-        detail = []
-        for r, other in enumerate(lists):
-            extra = [n for n in other if n not in mine]
-            missing = [n for n in names if n not in set(other)]
-            if extra:
-                detail.append(f"{what} {extra[0]!r} exists on rank {r} but not on rank {rank()}")
-                break
-            if missing:
-                detail.append(f"{what} {missing[0]!r} exists on rank {rank()} but not on rank {r}")
-                break
-        counts_txt = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
-        raise _MismatchError(
-            f"ranks hold different numbers of {what}s ({counts_txt})"
-            + (f"; {detail[0]}" if detail else "")
-        )
-    if not names:
-        return
-    row = np.array([_digest(f"{n}\x00{d}") for n, d in zip(names, descs)], dtype=np.float64)
-    rows = _gather_rows(row)
-    bad = np.nonzero((rows != rows[0:1, :]).any(axis=0))[0]
-    if bad.size == 0:
-        return
-    i = int(bad[0])
-    texts = _gather_strings(descs[i])
-    per_rank = "; ".join(f"rank {r}: {t}" for r, t in enumerate(texts))
-    raise _MismatchError(
-        f"{what} {names[i]!r} differs across ranks ({per_rank})"
-        + (f" and {bad.size - 1} more" if bad.size > 1 else "")
-    )
 
 
 def _as_tensor_result(result: Any, like: torch.Tensor) -> torch.Tensor:
