@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
 import ddl_runtime as _ddl  # noqa: E402
+from ddl_runtime.basics import init, is_root, rank, scale_lr, size  # noqa: E402
 from ddl_runtime.buffers import SUPPORTED_DTYPES  # noqa: E402
 from ddl_runtime.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
 from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
@@ -73,32 +74,6 @@ __all__ = [
 ]
 
 _BACKENDS = ("torch", "tensorflow")
-
-
-def init() -> None:
-    """Initialise the runtime (idempotent)."""
-    if not _ddl.is_initialized():
-        _ddl.init()
-
-
-def rank() -> int:
-    init()
-    return _ddl.rank()
-
-
-def size() -> int:
-    init()
-    return _ddl.size()
-
-
-def is_root(root_rank: int = 0) -> bool:
-    return rank() == root_rank
-
-
-def scale_lr(lr: float) -> float:
-    """The learning rate for ``size()`` learners: ``lr * size()`` (DDL's linear scaling rule)."""
-    init()
-    return _ddl.scale_lr(lr)
 
 
 def _backend() -> str:

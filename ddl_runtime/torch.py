@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 import ddl_runtime as _ddl
+from ddl_runtime.basics import init, is_root, local_rank, rank, scale_lr, size
 from ddl_runtime.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
 
@@ -76,41 +77,6 @@ _WIRE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, tor
 
 # --------------------------------------------------------------------------------------------
 # basics
-
-
-def init() -> None:
-    """Initialise the runtime (idempotent)."""
-    if not _ddl.is_initialized():
-        _ddl.init()
-
-
-def rank() -> int:
-    init()
-    return _ddl.rank()
-
-
-def size() -> int:
-    init()
-    return _ddl.size()
-
-
-def local_rank() -> int:
-    init()
-    return _ddl.local_rank()
-
-
-def is_root(root_rank: int = 0) -> bool:
-    """True on the rank that writes logs and checkpoints."""
-    return rank() == root_rank
-
-
-def scale_lr(lr: float) -> float:
-    """The learning rate for ``size()`` learners: ``lr * size()`` (DDL's linear scaling rule)."""
-    init()
-    fn = getattr(_ddl, "scale_lr", None)
-    if fn is not None:
-        return fn(lr)
-    return lr * _ddl.size()
 
 
 def log(*args: Any, file=None, **kwargs: Any) -> None:
