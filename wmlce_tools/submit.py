@@ -150,6 +150,10 @@ def _run_local(plan: JobPlan, out: Callable[[str], None]) -> tuple[str, int]:
 
 
 def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.write) -> SubmitResult:
+    if plan.site.scheduler != "local":
+        from .schedulers.commands import connect_seconds
+
+        connect_seconds()   # a bad WML_SCHEDULER_CONNECT_S fails before the job directory is written
     for attempt in range(20):
         try:
             write_jobdir(plan, script)

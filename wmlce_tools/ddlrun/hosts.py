@@ -110,6 +110,8 @@ def read_hostfile(path: str) -> HostSet:
         raise WmlError(f"hostfile {path}: no such file") from None
     except IsADirectoryError:
         raise WmlError(f"hostfile {path}: is a directory") from None
+    except UnicodeDecodeError:
+        raise WmlError(f"hostfile {path}: not a text file (expected one host per line)") from None
     except OSError as e:
         raise WmlError(f"hostfile {path}: cannot read: {e.strerror}") from None
     entries = []
@@ -146,12 +148,21 @@ def lsf_hosts(env: Mapping[str, str]) -> HostSet:
 
 
 def slurm_hosts(env: Mapping[str, str]) -> HostSet:
-    text = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")
-    hosts = expand_hostlist(text)
+    var = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    text = env.get(var, "")
+    try:
+        hosts = expand_hostlist(text)
+    except WmlError as e:
+        raise WmlError(f"{var}: {e}") from None
     tasks = env.get("SLURM_TASKS_PER_NODE")
     slots: List[Optional[int]] = [None] * len(hosts)
     if tasks:
-        counts = expand_counts(tasks)
+        try:
+            counts = expand_counts(tasks)
+        except WmlError as e:
+            raise WmlError(f"SLURM_TASKS_PER_NODE: {e}") from None
+        if 0 in counts:
+            raise WmlError(f"SLURM_TASKS_PER_NODE={tasks!r}: a node with 0 tasks (Slurm gives each node at least 1)")
         if len(counts) != len(hosts):
             raise WmlError(f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} counts "
                            f"for the {len(hosts)} hosts of SLURM_JOB_NODELIST={text!r}")

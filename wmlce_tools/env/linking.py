@@ -58,7 +58,9 @@ class LinkChoice:
 
 
 def link_policy(flag: Optional[str] = None) -> LinkPolicy:
-    """``--link`` > ``WML_ENV_LINK`` > auto."""
+    """``--link`` > ``WML_ENV_LINK`` > auto.  Also checks ``WML_CACHE_CHECK`` (read later, at
+    install time), so that a bad value of either fails before any solve or download."""
+    cache_check()
     raw = flag if flag is not None else os.environ.get("WML_ENV_LINK", "")
     where = "--link" if flag is not None else "WML_ENV_LINK"
     if not raw:
