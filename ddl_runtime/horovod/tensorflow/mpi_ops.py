@@ -12,7 +12,7 @@ reverse alltoall; reducescatter -> allgather, times size for Sum).  Collectives 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +23,7 @@ from ddl_runtime.negotiation import Request
 
 from ..common.basics import Average, Sum, reduce_op  # noqa: F401
 from ..common.process_sets import controller_for, global_process_set
+from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
 from .compression import Compression
 
 _MOVABLE = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64,
@@ -101,21 +102,10 @@ def _name(name: Optional[str], what: str) -> str:
 def _run(kind: str, name: Optional[str], params: tuple, inputs: List[np.ndarray], outputs: List[Any],
          process_set: Any, what: str, extra: Any = None, group: bool = False) -> Any:
     """Submit one request to the process set's controller and wait for it (at graph run time)."""
-    ctl = controller_for(process_set, what)
-    base = str(name) if name is not None else ctl.auto_name(kind)
-    names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
-    entries = [(n, a.dtype.name, tuple(a.shape)) for n, a in zip(names, inputs)]
-    request = Request(kind, base, params, entries, list(inputs), list(outputs), extra)
-    result = ctl.submit(request).wait()
-    outputs[:] = request.outputs  # allgather / alltoall allocate theirs when the request runs
+    handle = _submit(kind, name, params, inputs, outputs, process_set, what, extra=extra, group=group)
+    result = handle.wait()
+    outputs[:] = handle.request.outputs  # allgather / alltoall allocate theirs when the request runs
     return result
-
-
-def _scales(prescale_factor: Any, postscale_factor: Any, what: str) -> Tuple[float, float]:
-    try:
-        return float(prescale_factor), float(postscale_factor)
-    except (TypeError, ValueError):
-        raise DDLInputError(f"{what}: prescale_factor and postscale_factor must be numbers") from None
 
 
 # -- allreduce ----------------------------------------------------------------------------------
@@ -289,19 +279,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         split_t = tf.cast(tf.reshape(split_t, [-1]), tf.int32)
 
     def send_rows(first: int, split_values: Optional[np.ndarray]) -> List[int]:
-        if split_values is None:
-            if first % ctl.size:
-                raise DDLInputError(f"{what}: the first dimension ({first}) is not a multiple of the number of "
-                                    f"ranks ({ctl.size}); pass splits")
-            return [first // ctl.size] * ctl.size
-        send = [int(v) for v in split_values.reshape(-1)]
-        if len(send) != ctl.size:
-            raise DDLInputError(f"{what}: {len(send)} splits for {ctl.size} ranks")
-        if any(v < 0 for v in send):
-            raise DDLInputError(f"{what}: splits must not be negative: {send}")
-        if sum(send) != first:
-            raise DDLInputError(f"{what}: the splits add up to {sum(send)}, but the first dimension is {first}")
-        return send
+        send = None if split_values is None else [int(v) for v in split_values.reshape(-1)]
+        return alltoall_send_rows(first, send, ctl.size, what)
 
     if tf.executing_eagerly() and split_t is not None:
         send_rows(int(t.shape[0]), split_t.numpy())  # bad splits: a clear error before anything is sent

@@ -10,7 +10,7 @@ numpy views; CUDA tensors are staged through host memory; bfloat16 is reduced in
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from ..common import handles as _handles
 from ..common.basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
                              init, is_initialized, local_rank, local_size, rank, reduce_op, shutdown, size)
 from ..common.process_sets import controller_for, global_process_set
+from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
 
 _MOVABLE = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
             torch.float32, torch.float64, torch.bool}
@@ -51,29 +52,6 @@ def _np(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy()
     return t.numpy()
-
-
-def _entry(name: str, arr: np.ndarray) -> Tuple[str, str, tuple]:
-    return (name, arr.dtype.name, tuple(arr.shape))
-
-
-def _submit(kind: str, name: Optional[str], params: tuple, inputs, outputs, process_set,
-            what: str, extra=None, group: bool = False) -> Handle:
-    ctl = controller_for(process_set, what)
-    if name is None:
-        name = ctl.auto_name(kind)
-    else:
-        name = str(name)
-    names = [f"{name}.{i}" for i in range(len(inputs))] if group else [name] * len(inputs)
-    entries = [_entry(n, a) for n, a in zip(names, inputs)]
-    return ctl.submit(Request(kind, name, params, entries, list(inputs), list(outputs), extra))
-
-
-def _scales(prescale_factor, postscale_factor, what: str) -> Tuple[float, float]:
-    try:
-        return float(prescale_factor), float(postscale_factor)
-    except (TypeError, ValueError):
-        raise DDLInputError(f"{what}: prescale_factor and postscale_factor must be numbers") from None
 
 
 # -- allreduce ------------------------------------------------------------------------------------
@@ -410,10 +388,7 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
         raise DDLInputError(f"{what}: alltoall needs a tensor with at least one dimension")
     first = h.shape[0]
     if splits is None:
-        if first % ctl.size:
-            raise DDLInputError(f"{what}: the first dimension ({first}) is not a multiple of the number of "
-                                f"ranks ({ctl.size}); pass splits")
-        send = [first // ctl.size] * ctl.size
+        send = None
     else:
         if isinstance(splits, torch.Tensor):
             if splits.dtype != torch.int32:
@@ -423,12 +398,7 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
             send = [int(v) for v in splits]
         else:
             raise DDLInputError(f"{what}: splits must be a list of ints or an int32 tensor")
-        if len(send) != ctl.size:
-            raise DDLInputError(f"{what}: {len(send)} splits for {ctl.size} ranks")
-        if any(v < 0 for v in send):
-            raise DDLInputError(f"{what}: splits must not be negative: {send}")
-        if sum(send) != first:
-            raise DDLInputError(f"{what}: the splits add up to {sum(send)}, but the first dimension is {first}")
+    send = alltoall_send_rows(first, send, ctl.size, what)
     arr = _np(h)
     handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send))
 
