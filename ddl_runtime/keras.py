@@ -247,6 +247,19 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
     return averaged
 
 
+def _mix_in(obj: Any, mixin: type) -> None:
+    """Make ``obj``'s class a subclass of ``mixin`` and of its own class, keeping the class's
+    name, module and qualname (so a saved model still records the original optimizer).
+    Does nothing when ``obj`` already is a ``mixin``."""
+    if isinstance(obj, mixin):
+        return
+    base = obj.__class__
+    cls = type(base.__name__, (mixin, base), {})
+    cls.__module__ = base.__module__
+    cls.__qualname__ = base.__qualname__
+    obj.__class__ = cls
+
+
 def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", op: str = "avg") -> "keras.optimizers.Optimizer":
     """Make a Keras optimizer average gradients over all ranks before every update.
 
@@ -261,12 +274,7 @@ def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", op: str = "avg
             f"DistributedOptimizer: optimizer is a {type(optimizer).__name__}, not a keras.optimizers.Optimizer"
         )
     init()
-    if not isinstance(optimizer, _DistributedKerasOptimizer):
-        base = optimizer.__class__
-        cls = type(base.__name__, (_DistributedKerasOptimizer, base), {})
-        cls.__module__ = base.__module__
-        cls.__qualname__ = base.__qualname__
-        optimizer.__class__ = cls
+    _mix_in(optimizer, _DistributedKerasOptimizer)
     optimizer._ddl_op = op
     return optimizer
 

@@ -17,6 +17,7 @@ import keras
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.horovod.common import Average, global_process_set, size
 from ddl_runtime.horovod.common.basics import reduce_op
+from ddl_runtime.keras import _mix_in
 
 from .compression import Compression
 
@@ -136,12 +137,7 @@ def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", name: Optional
         compression = Compression.none
     if not (callable(getattr(compression, "compress", None)) and callable(getattr(compression, "decompress", None))):
         raise DDLInputError(f"{who}: compression must be Compression.none or Compression.fp16, got {compression!r}")
-    if not isinstance(optimizer, _HorovodOptimizerMixin):
-        base = optimizer.__class__
-        cls = type(base.__name__, (_HorovodOptimizerMixin, base), {})
-        cls.__module__ = base.__module__
-        cls.__qualname__ = base.__qualname__
-        optimizer.__class__ = cls
+    _mix_in(optimizer, _HorovodOptimizerMixin)
     optimizer._hvd_op = reduce_op
     optimizer._hvd_compression = compression
     optimizer._hvd_predivide = factor
