@@ -15,11 +15,9 @@ Rank 0 prints a table and, with ``--json FILE``, writes the figures.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 
 import torch
+from _timing import report_pairs, time_interleaved
 
 import ddl_runtime as ddl
 import ddl_runtime.horovod.torch as hvd
@@ -61,28 +59,9 @@ def main(argv=None) -> int:
         "MLP step: ddl_runtime.torch.DistributedOptimizer": lambda: _train_step(m_native, opt_native, x, y),
         "MLP step: hvd.DistributedOptimizer": lambda: _train_step(m_hvd, opt_hvd, x, y),
     }
-    for fn in methods.values():  # warm up: plans, signature caches, buckets
-        fn(), fn()
-    times = {name: [] for name in methods}
-    for _ in range(a.rounds):
-        for name, fn in methods.items():
-            hvd.barrier()
-            t0 = time.perf_counter()
-            for _ in range(a.calls):
-                fn()
-            times[name].append((time.perf_counter() - t0) / a.calls)
-    medians = {name: statistics.median(v) for name, v in times.items()}
+    times = time_interleaved(methods, a.rounds, a.calls, hvd.barrier)
     if hvd.rank() == 0:
-        names = list(methods)
-        print(f"ranks {hvd.size()}, {a.rounds} rounds x {a.calls} calls, median time per call")
-        for native_name, hvd_name in zip(names[0::2], names[1::2]):
-            n, h = medians[native_name], medians[hvd_name]
-            print(f"{native_name:52s} {n * 1e3:9.3f} ms")
-            print(f"{hvd_name:52s} {h * 1e3:9.3f} ms   overhead {(h - n) * 1e6:+8.1f} us ({h / n:.3f}x)")
-        if a.json_path:
-            with open(a.json_path, "w") as fh:
-                json.dump({"ranks": hvd.size(), "rounds": a.rounds, "calls": a.calls, "median_s": medians,
-                           "all_s": times}, fh, indent=1)
+        report_pairs(times, hvd.size(), a.rounds, a.calls, a.json_path, name_width=52)
     return 0
 
 

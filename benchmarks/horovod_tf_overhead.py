@@ -17,10 +17,7 @@ Rank 0 prints a table and, with ``--json FILE``, writes the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -32,6 +29,7 @@ import ddl_runtime.horovod.tensorflow as hvd  # noqa: E402
 import ddl_runtime.keras as native_keras  # noqa: E402
 import ddl_runtime.tensorflow as native  # noqa: E402
 import keras  # noqa: E402
+from _timing import report_pairs, time_interleaved  # noqa: E402
 
 
 def _mlp(optimizer) -> keras.Model:
@@ -75,28 +73,9 @@ def main(argv=None) -> int:
         "Keras MLP train_on_batch: ddl_runtime.keras.DistributedOptimizer": lambda: m_native.train_on_batch(x, y),
         "Keras MLP train_on_batch: hvd.DistributedOptimizer": lambda: m_hvd.train_on_batch(x, y),
     }
-    for fn in methods.values():  # warm up: tracing, plans, caches
-        fn(), fn()
-    times = {name: [] for name in methods}
-    for _ in range(a.rounds):
-        for name, fn in methods.items():
-            hvd.barrier()
-            t0 = time.perf_counter()
-            for _ in range(a.calls):
-                fn()
-            times[name].append((time.perf_counter() - t0) / a.calls)
-    medians = {name: statistics.median(v) for name, v in times.items()}
+    times = time_interleaved(methods, a.rounds, a.calls, hvd.barrier)
     if hvd.rank() == 0:
-        names = list(methods)
-        print(f"ranks {hvd.size()}, {a.rounds} rounds x {a.calls} calls, median time per call")
-        for native_name, hvd_name in zip(names[0::2], names[1::2]):
-            n, h = medians[native_name], medians[hvd_name]
-            print(f"{native_name:66s} {n * 1e3:9.3f} ms")
-            print(f"{hvd_name:66s} {h * 1e3:9.3f} ms   overhead {(h - n) * 1e6:+9.1f} us ({h / n:.3f}x)")
-        if a.json_path:
-            with open(a.json_path, "w") as fh:
-                json.dump({"ranks": hvd.size(), "rounds": a.rounds, "calls": a.calls, "median_s": medians,
-                           "all_s": times}, fh, indent=1)
+        report_pairs(times, hvd.size(), a.rounds, a.calls, a.json_path, name_width=66)
     return 0
 
 

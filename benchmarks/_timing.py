@@ -1,0 +1,45 @@
+"""Timing shared by the overhead benchmarks (run as scripts: ``benchmarks/`` is on sys.path).
+
+Every method is timed as time per call, all methods interleaved round by round (so load on a
+shared box hits all alike) after two warm-up calls each, with a barrier before each method's
+batch of calls; the figure is the median over rounds.  Methods come in pairs, native then
+Horovod, and rank 0 prints each pair with the Horovod layer's overhead.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+
+def time_interleaved(methods: Dict[str, Callable[[], object]], rounds: int, calls: int,
+                     barrier: Callable[[], None]) -> Dict[str, List[float]]:
+    """Seconds per call of each method, one figure per round."""
+    for fn in methods.values():  # warm up: plans, caches, tracing
+        fn(), fn()
+    times: Dict[str, List[float]] = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, fn in methods.items():
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - t0) / calls)
+    return times
+
+
+def report_pairs(times: Dict[str, List[float]], ranks: int, rounds: int, calls: int, json_path: Optional[str],
+                 name_width: int) -> None:
+    """Print the (native, Horovod) pairs' medians and overheads; write all figures to ``json_path``."""
+    medians = {name: statistics.median(v) for name, v in times.items()}
+    names = list(times)
+    print(f"ranks {ranks}, {rounds} rounds x {calls} calls, median time per call")
+    for native_name, hvd_name in zip(names[0::2], names[1::2]):
+        n, h = medians[native_name], medians[hvd_name]
+        print(f"{native_name:{name_width}s} {n * 1e3:9.3f} ms")
+        print(f"{hvd_name:{name_width}s} {h * 1e3:9.3f} ms   overhead {(h - n) * 1e6:+9.1f} us ({h / n:.3f}x)")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({"ranks": ranks, "rounds": rounds, "calls": calls, "median_s": medians, "all_s": times},
+                      fh, indent=1)
