@@ -5,30 +5,16 @@ parses them.  Launcher and DDL_/HOROVOD_ settings of an enclosing job never leak
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.mpi import FOREIGN, MpiJob, openmpi_available, run_script
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "mpi_scripts"
-FOREIGN = ("DDL_", "HOROVOD_", "SLURM_", "PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCAL", "JSM_", "ALPS_",
-           "LSB_", "MPI4PY_")
 
 
-@dataclass
-class HvdResult:
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
+class HvdResult(MpiJob):
     def checks(self, status: str) -> list:
         """The text after each `OK `/`FAIL ` marker (ranks' lines may arrive glued together by mpiexec)."""
         return [m.strip() for m in re.findall(rf"{status} (.*?)(?=OK |FAIL |DONE|\n|$)", self.stdout)]
@@ -42,29 +28,11 @@ class HvdResult:
         assert self.returncode == 0, tail
 
 
-OPENMPI_MPIEXEC = "/usr/bin/mpiexec.openmpi"  # Debian's openmpi-bin (scripts/test installs it)
-OPENMPI_LIBMPI = "libmpi.so.40"
-
-
 def hvd_mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 120,
                mpi: str = "mpich") -> HvdResult:
     """Run mpi_scripts/<script> on n ranks: pip's MPICH, or (mpi="openmpi") Debian's Open MPI."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
-    environment.setdefault("OMP_NUM_THREADS", "1")
-    if mpi == "openmpi":
-        launcher = [OPENMPI_MPIEXEC, "--oversubscribe"]
-        environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                           MPI4PY_LIBMPI=OPENMPI_LIBMPI)
-    else:
-        mpiexec = shutil.which("mpiexec")
-        assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
-        launcher = [mpiexec]
-    environment.update(env or {})
-    cmd = [*launcher, "-n", str(n), sys.executable, str(SCRIPTS / script), *args]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
-    return HvdResult(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    return run_script(n, SCRIPTS / script, *args, env=env, timeout=timeout, mpi=mpi,
+                      foreign=FOREIGN + ("HOROVOD_",), result=HvdResult)
 
 
 @pytest.fixture
@@ -75,6 +43,6 @@ def hvd_run():
 @pytest.fixture
 def openmpi():
     """Skips when Debian's Open MPI is absent (an optional second MPI: apt-get install openmpi-bin)."""
-    if not (Path(OPENMPI_MPIEXEC).exists() and any(Path("/usr/lib").glob(f"*/{OPENMPI_LIBMPI}"))):
+    if not openmpi_available():
         pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
     return "openmpi"
