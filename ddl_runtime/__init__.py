@@ -16,7 +16,8 @@ _OPS = (
     "init", "finalize", "is_initialized", "JobInfo",
     "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "local_gpuid",
     "topology_info", "algorithm",
-    "barrier", "bcast", "bcast_n", "bcast_object", "allreduce", "allreduce_n", "allreduce_n_async",
+    "barrier", "bcast", "bcast_n", "bcast_object", "allreduce", "allreduce_n", "allreduce_n_into",
+    "allreduce_n_async",
     "allgather", "shard", "scale_lr",
 )
 

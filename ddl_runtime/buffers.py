@@ -35,6 +35,12 @@ class TensorRef:
     flat: np.ndarray  # 1-D view of the user's memory (uint16 bits for bfloat16)
     kind: str  # "numpy", "torch" or "scalar"
     device: str = "cpu"
+    out: Optional[np.ndarray] = None  # out-of-place: results go here (same layout as flat), flat is only read
+
+    @property
+    def dst(self) -> np.ndarray:
+        """Where results are written: `out` when set, else the tensor's own memory."""
+        return self.flat if self.out is None else self.out
 
     @property
     def numel(self) -> int:

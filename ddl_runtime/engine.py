@@ -121,7 +121,10 @@ class Engine:
         t0 = time.perf_counter()
         if spec.inplace:
             index, start, stop, _ = spec.segments[0]
-            bucket.buf = bucket.refs[index].flat[start:stop]
+            ref = bucket.refs[index]
+            bucket.buf = ref.dst[start:stop]
+            if ref.out is not None:  # out-of-place: MPI reduces in the output, so the values start there
+                np.copyto(bucket.buf, ref.flat[start:stop])
         else:
             buf = self.pool.take(spec.dtype, spec.length)
             for index, start, stop, offset in spec.segments:
@@ -155,7 +158,7 @@ class Engine:
         else:
             for index, start, stop, offset in spec.segments:
                 ref = bucket.refs[index]
-                src, dst = buf[offset:offset + stop - start], ref.flat[start:stop]
+                src, dst = buf[offset:offset + stop - start], ref.dst[start:stop]
                 if ref.widened:
                     narrow(src, ref.dtype, dst, scale)
                 elif scale is not None:

@@ -4,7 +4,7 @@ Order inside every call: (1) local validation, raising DDLInputError before any
 communication; (2) the watchdog records the collective; (3) the signature agreement on
 the control communicator, raising DDLMismatchError on every rank when ranks disagree;
 (4) the data movement through the engine.  Results are written in place into the
-caller's tensors (allgather returns a new one).
+caller's tensors (allgather returns a new one; allreduce_n_into writes into given outputs).
 """
 from __future__ import annotations
 
@@ -215,8 +215,43 @@ def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, chec
     flat baseline on a copy and raises DDLError naming the first tensor whose results differ
     by more than tol * max(1, |baseline|).
     """
-    rt = _rt.current()
     refs, op, what = _prepare_n(tensors, op, names, "allreduce_n")
+    _reduce_n(refs, op, mpi, check, what)
+    return list(tensors)
+
+
+def allreduce_n_into(tensors: Sequence[Any], outputs: Sequence[np.ndarray], op: str = "sum", mpi: bool = False,
+                     check: float = 0.0, names: Optional[Sequence[str]] = None) -> list:
+    """allreduce_n out of place: `tensors` (numpy arrays, may be read-only) are only read, and the
+    results go into `outputs` (writable C-contiguous numpy arrays, one per tensor, same dtype and
+    shape); returns `outputs`.  Costs no extra copy on the shared-memory path (the reduction reads
+    the sources and writes the outputs) nor for fused small tensors (packed from the sources,
+    unpacked into the outputs); a tensor reduced where it lies on the MPI path is copied into its
+    output first.  Same agreement, mismatch errors, stall diagnostics and timeline as allreduce_n.
+    """
+    what = "allreduce_n"
+    tensors, outputs = _as_list(tensors, what), _as_list(outputs, what)
+    if len(outputs) != len(tensors):
+        raise DDLInputError(f"{what}: {len(outputs)} outputs for {len(tensors)} tensors")
+    _check_op(op, REDUCE_N_OPS, what)
+    names = _names(tensors, names, what)
+    refs = []
+    for t, o, n in zip(tensors, outputs, names):
+        if not isinstance(t, np.ndarray):
+            raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays")
+        ref, dst = as_tensor(t, n, writable=False), as_tensor(o, n)
+        if dst.kind != "numpy" or o.dtype != t.dtype or o.shape != t.shape:
+            raise DDLInputError(f"{what}: output for tensor '{n}' must be a numpy array of dtype {t.dtype} and "
+                                f"shape {t.shape}")
+        ref.out = dst.flat
+        refs.append(ref)
+    _check_avg(op, refs, what)
+    _reduce_n(refs, op, mpi, check, _describe(what, refs))
+    return list(outputs)
+
+
+def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -> None:
+    rt = _rt.current()
     if not isinstance(mpi, bool):
         raise DDLInputError(f"{what}: mpi must be True or False, got {mpi!r}")
     try:
@@ -230,7 +265,7 @@ def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, chec
         from . import gpu
         _agree(rt, what, signature)
         gpu.allreduce(rt, refs, op)
-        return list(tensors)
+        return
     rt.timeline.begin("allreduce_n", {"op": op, "tensors": len(refs), "mpi": mpi})
     _agree(rt, what, signature)
     hierarchical = rt.algorithms.hierarchical and not mpi
@@ -242,7 +277,6 @@ def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, chec
     else:
         _reduce(rt, refs, op, hierarchical, shm=not mpi).wait()
     rt.timeline.end("allreduce_n")
-    return list(tensors)
 
 
 def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[Sequence[str]] = None):
@@ -280,6 +314,9 @@ def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results:
     if results is None:
         results = [r.obj for r in refs]
     if rt.size == 1:  # the reduction is the identity (avg divides by 1)
+        for r in refs:
+            if r.out is not None:
+                np.copyto(r.out, r.flat)
         return Handle(rt.engine, results, 0)
     if shm and rt.shm is not None:
         rt.shm.allreduce(refs, op, float(rt.size) if op == "avg" else None, rt.timeline)
@@ -317,8 +354,8 @@ def _compare(rt, what: str, refs, baseline, tol: float) -> None:
 
 def _as_float64(ref: TensorRef) -> np.ndarray:
     if ref.dtype == "bfloat16":
-        return (ref.flat.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return ref.flat.astype(np.float64)
+        return (ref.dst.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return ref.dst.astype(np.float64)
 
 
 def bcast(x: Any, root: int = 0, name: Optional[str] = None) -> Any:

@@ -247,7 +247,8 @@ class ShmGroup:
 
     # -- allreduce ------------------------------------------------------------------------
     def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
-        """Reduce `refs` in place across the host's ranks (call right after an agreement).
+        """Reduce `refs` across the host's ranks (call right after an agreement): in place, or into
+        each ref's `out` when set (the source is then only read, and no extra copy is made).
 
         With an enabled timeline: PACK (publishing the first round), ALLREDUCE (the rounds,
         algorithm "shm") and UNPACK (gathering the last round) spans.
@@ -257,7 +258,8 @@ class ShmGroup:
             return
         t0 = time.perf_counter()
         ufunc = UFUNCS[op]
-        flats = [r.flat for r in refs]
+        flats = [r.flat for r in refs]  # read only: an out-of-place ref's results go to its `out`
+        dsts = [r.dst for r in refs]
         _publish(c.rounds[0], flats, refs)
         t1 = time.perf_counter()
         self.barrier()
@@ -272,13 +274,13 @@ class ShmGroup:
                 for peer in peers:
                     ufunc(base, peer, out=acc)
                     base = acc
-                _store(refs[i], acc, flats[i][a:b], scale)
+                _store(refs[i], acc, dsts[i][a:b], scale)
             if k < last:
                 _publish(c.rounds[k + 1], flats, refs)
             self.barrier()
             t2 = time.perf_counter()
             for i, a, b, src in r.gather:
-                _store(refs[i], src, flats[i][a:b], scale)
+                _store(refs[i], src, dsts[i][a:b], scale)
         if timeline is not None and timeline.enabled:
             nbytes = sum(g.length * g.dtype.itemsize for g in c.plan.groups)
             timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})

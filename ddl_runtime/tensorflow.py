@@ -42,6 +42,7 @@ import tensorflow as tf
 import ddl_runtime as _ddl
 from ddl_runtime.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
+from ddl_runtime.output_pool import ALIGN, OutputPool
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
@@ -170,39 +171,44 @@ def _as_list(tensors: Any, what: str) -> list:
     return list(tensors)
 
 
-_ALIGN = 64  # TensorFlow wraps host buffers aligned like this without copying them
-
-
-def _empty_aligned(shape: tuple, dtype: np.dtype) -> np.ndarray:
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % _ALIGN
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+_OUTPUTS = OutputPool()  # result memory, taken again once no tensor uses it (no page faults per step)
 
 
 def _host_copy(src: np.ndarray) -> np.ndarray:
-    """The one copy the TF path makes: the values into fresh aligned host memory the reduction may
-    overwrite (TensorFlow tensors are immutable; the runtime reduces in place)."""
-    out = _empty_aligned(src.shape, src.dtype)
+    """The values in fresh aligned host memory that an in-place collective may overwrite
+    (TensorFlow tensors are immutable).  allreduce_n needs no such copy: it runs out of place."""
+    out = _OUTPUTS.take(src.shape, src.dtype)
     np.copyto(out, src)
     return out
 
 
-def _to_numpy(t: tf.Tensor) -> np.ndarray:
-    """A writable host copy of an eager tensor (bfloat16 comes back as ml_dtypes.bfloat16).
+def _view(a: np.ndarray) -> np.ndarray:
+    """The tensor's values as they are (read only): for collectives that write elsewhere."""
+    return a
 
-    On the CPU the source is TensorFlow's own buffer, read through EagerTensor._numpy() (no
-    copy); elsewhere ``numpy()`` stages it through host memory first.
+
+def _source(t: tf.Tensor) -> np.ndarray:
+    """An eager tensor's values as numpy (bfloat16 comes back as ml_dtypes.bfloat16), not to be written.
+
+    On the CPU this is TensorFlow's own buffer, read through EagerTensor._numpy() (no copy);
+    elsewhere ``numpy()`` stages it through host memory first.
     """
     view = getattr(t, "_numpy", None) if "CPU" in (t.device or "CPU").upper() else None
-    src = view() if view is not None else t.numpy()
-    return _host_copy(np.asarray(src))
+    return np.asarray(view() if view is not None else t.numpy())
 
 
-def _to_tensor(a: np.ndarray, like: tf.Tensor) -> tf.Tensor:
-    """Wrap a result as a tf.Tensor on `like`'s device; aligned host memory is shared through DLPack, not copied."""
+def _to_numpy(t: tf.Tensor) -> np.ndarray:
+    """A writable host copy of an eager tensor."""
+    return _host_copy(_source(t))
+
+
+def _to_tensor(a: np.ndarray, dtype: tf.DType, device: str = "") -> tf.Tensor:
+    """Wrap a result as a `dtype` tf.Tensor on `device`; aligned host memory is shared through DLPack, not copied."""
+    a = np.asarray(a)
+    if a.dtype != dtype.as_numpy_dtype:
+        a = a.astype(dtype.as_numpy_dtype)
     out = None
-    if a.ctypes.data % _ALIGN == 0 and a.flags.c_contiguous:
+    if a.ctypes.data % ALIGN == 0 and a.flags.c_contiguous:
         try:
             if a.dtype.name == "bfloat16":  # DLPack has no bfloat16: move the bits, reinterpret them
                 out = tf.bitcast(tf.experimental.dlpack.from_dlpack(a.view(np.uint16).__dlpack__()), tf.bfloat16)
@@ -211,8 +217,7 @@ def _to_tensor(a: np.ndarray, like: tf.Tensor) -> tf.Tensor:
         except (BufferError, TypeError, ValueError, tf.errors.OpError):
             out = None
     if out is None:
-        out = tf.convert_to_tensor(a, dtype=like.dtype)
-    device = like.device
+        out = tf.convert_to_tensor(a, dtype=dtype)
     if device and "CPU" not in device.upper():
         with tf.device(device):
             return tf.identity(out)
@@ -220,22 +225,33 @@ def _to_tensor(a: np.ndarray, like: tf.Tensor) -> tf.Tensor:
 
 
 def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.Tensor],
-         out_shapes: List[tf.TensorShape], what: str) -> List[tf.Tensor]:
-    """Apply `core` (numpy arrays in, numpy arrays out) eagerly or as a stateful graph op."""
+         out_shapes: List[tf.TensorShape], what: str, out_dtypes: Optional[List[tf.DType]] = None,
+         host: Callable[[np.ndarray], np.ndarray] = _host_copy, prefix: str = "ddl_") -> List[tf.Tensor]:
+    """Apply `core` (numpy arrays in, numpy arrays out) eagerly or as a stateful graph op.
+
+    `core` gets host(values) of every tensor: by default a writable copy of its own (_host_copy);
+    _view hands it the tensor's values without a copy (the core must not write them).  Outputs
+    are `out_dtypes` (default: each input's dtype), cast when the core returns another dtype, with
+    static shapes `out_shapes`.  A DDLError raised inside a traced function is kept for
+    last_error() and re-raised by :func:`function`.
+    """
+    out_dtypes = list(out_dtypes) if out_dtypes is not None else [t.dtype for t in tensors]
     if tf.executing_eagerly():
-        outs = core([_to_numpy(t) for t in tensors])
-        return [_to_tensor(o, t) for o, t in zip(outs, tensors)]
+        outs = core([host(_source(t)) for t in tensors])
+        devices = [t.device for t in tensors] + [""] * max(0, len(out_dtypes) - len(tensors))
+        return [_to_tensor(o, d, dev) for o, d, dev in zip(outs, out_dtypes, devices)]
 
     def fn(*arrays):
         try:
-            outs = core([_host_copy(np.asarray(a)) for a in arrays])
+            outs = core([host(np.asarray(a)) for a in arrays])
         except DDLError as exc:
             _errors[:] = [exc]
             raise
-        return [np.asarray(o) for o in outs]
+        return [np.asarray(o) if np.asarray(o).dtype == d.as_numpy_dtype else np.asarray(o).astype(d.as_numpy_dtype)
+                for o, d in zip(outs, out_dtypes)]
 
     _check_not_xla(what)
-    outs = tf.numpy_function(fn, tensors, [t.dtype for t in tensors], stateful=True, name="ddl_" + what.split("(")[0])
+    outs = tf.numpy_function(fn, tensors, out_dtypes, stateful=True, name=prefix + what.split("(")[0])
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     for o, shape in zip(outs, out_shapes):
         o.set_shape(shape)
@@ -305,9 +321,12 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> tf.Tensor:
 def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names: List[str]) -> List[tf.Tensor]:
     what = "allreduce_n"
 
+    def core(arrays):  # out of place: read TensorFlow's buffers, write fresh aligned outputs
+        outs = [_OUTPUTS.take(a.shape, a.dtype) for a in arrays]
+        return _ddl.allreduce_n_into(arrays, outs, op=op, mpi=mpi, check=check, names=names)
+
     def forward(ts):
-        return _run(lambda arrays: _ddl.allreduce_n(arrays, op=op, mpi=mpi, check=check, names=names),
-                    ts, [t.shape for t in ts], what)
+        return _run(core, ts, [t.shape for t in ts], what, host=_view)
 
     def backward(dys, xs, ys):
         floats = [i for i, x in enumerate(xs) if _is_float(x)]
@@ -371,7 +390,7 @@ class Handle:
     def wait(self) -> List[tf.Tensor]:
         if self._results is None:
             arrays = self._inner.wait()
-            self._results = [_to_tensor(a, t) for a, t in zip(arrays, self._like)]
+            self._results = [_to_tensor(a, t.dtype, t.device) for a, t in zip(arrays, self._like)]
         return self._results
 
 

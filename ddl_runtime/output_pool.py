@@ -1,0 +1,67 @@
+"""Aligned host arrays for out-of-place results, reused once nothing refers to them any more.
+
+A framework that wraps a result array without copying it (TensorFlow through DLPack, or the
+ndarray a ``tf.numpy_function`` returns) keeps that array alive for as long as a tensor uses
+the memory.  Writing a fresh 100 MB array costs a page fault per 4 KiB on every step, more
+than the reduction's own copy; so the memory behind a result is taken again as soon as
+every array that sees it is gone.
+
+How "gone" is known: each hand-out is a view of ``np.frombuffer(memoryview(memory))``.  That
+array does not own its data and its base is no ndarray, so numpy makes it the ``.base`` of
+every view derived from the hand-out (reshape, slice, ``.view(uint16)``, DLPack exports hold
+the array they export): it lives exactly as long as something can still read or write the
+result.  The pool keeps only a weak reference to it.  At most `keep` buffers are
+kept per (shape, dtype); a hand-out beyond those is plain fresh memory.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+ALIGN = 64  # TensorFlow wraps host buffers aligned like this without copying them
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGN
+    return raw[offset:offset + nbytes]
+
+
+class OutputPool:
+    """take(shape, dtype): a writable, 64-byte aligned, C-contiguous array (contents undefined).
+
+    `shape` is a tuple of ints and `dtype` a np.dtype (as an ndarray's .shape and .dtype)."""
+
+    def __init__(self, keep: int = 2, max_keys: int = 4096):
+        self.keep = keep
+        self.max_keys = max_keys
+        self._slots: Dict[Tuple[tuple, np.dtype], List[list]] = {}  # [memory, weakref to the live hand-out]
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        key = (shape, dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        with self._lock:
+            slots = self._slots.get(key)
+            if slots is None:
+                if len(self._slots) >= self.max_keys:
+                    self._slots.clear()
+                slots = self._slots[key] = []
+            slot = next((s for s in slots if s[1]() is None), None)
+            if slot is None:
+                slot = [_aligned_bytes(nbytes), None]
+                if len(slots) < self.keep:
+                    slots.append(slot)
+            flat = np.frombuffer(memoryview(slot[0]), dtype=dtype)
+            slot[1] = weakref.ref(flat)
+        return flat.reshape(shape)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._slots.clear()
