@@ -33,4 +33,8 @@ for epoch in range(8):
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 print(f"DDP rank={rank} world={world} local_rank={os.environ['LOCAL_RANK']} first={first:.4f} "
       f"last={last:.6f} params={digest}", flush=True)
+# As torch's own DDP examples do: every rank past its last collective before tearing gloo down.
+# Without it, a rank whose peer has already closed its gloo pairs can abort in gloo's shutdown
+# ("terminate called without an active exception", status 134): a torch/gloo race, not ddlrun's.
+dist.barrier()
 dist.destroy_process_group()
