@@ -12,8 +12,10 @@ Every collective is the numpy one of :mod:`ddl_runtime.ops` (one engine: fusion,
 topology-aware algorithms, mismatch detection, the stall inspector and the timeline); this
 module only moves tensors in and out:
 
-- **eagerly** each tensor is copied to a NumPy array (``tensor.numpy()`` makes that copy),
-  reduced in place there, and wrapped back as a ``tf.Tensor`` on the tensor's device;
+- **eagerly**, on the CPU, the engine reads TensorFlow's own buffer (no ``numpy()`` copy);
+  ``allreduce_n`` reduces out of place (:func:`ddl_runtime.ops.allreduce_n_into`) into 64-byte
+  aligned host memory from a reused pool, which becomes the result ``tf.Tensor`` through DLPack
+  without another copy; the single-tensor collectives reduce a host copy in place;
 - **inside ``tf.function``** the same call runs through ``tf.numpy_function`` (stateful, so
   tf.function keeps collectives in program order on every rank), with the output shapes and
   dtypes set, so the traced graph knows them.
@@ -233,7 +235,7 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
     _view hands it the tensor's values without a copy (the core must not write them).  Outputs
     are `out_dtypes` (default: each input's dtype), cast when the core returns another dtype, with
     static shapes `out_shapes`.  A DDLError raised inside a traced function is kept for
-    last_error() and re-raised by :func:`function`.
+    last_error() / take_error(); TensorFlow itself reports it as a tf.errors.OpError.
     """
     out_dtypes = list(out_dtypes) if out_dtypes is not None else [t.dtype for t in tensors]
     if tf.executing_eagerly():

@@ -63,6 +63,28 @@ if mode == "values":
             ddl.allreduce_n(ref, op=op, mpi=True, names=names)
             for name, a, b in zip(names, out, ref):
                 check(f"{op} {name} vs mpi=True", a.astype(np.float64), b.astype(np.float64))
+    # out of place (allreduce_n_into): read-only sources stay as they were, results land in the
+    # given outputs and equal the in-place path's, for fused small tensors and large ones alike
+    for op in ("sum", "avg"):
+        srcs = [(np.arange(int(np.prod(s))) % 5 + R + 1).astype(np.float32).reshape(s) for s in shapes]
+        before = [a.copy() for a in srcs]
+        for a in srcs:
+            a.setflags(write=False)
+        outs = [np.full(a.shape, -1, np.float32) for a in srcs]
+        names = [f"into.{op}.{i}" for i in range(len(srcs))]
+        got = ddl.allreduce_n_into(srcs, outs, op=op, names=names)
+        if any(g is not o for g, o in zip(got, outs)):
+            failures.append(f"allreduce_n_into {op}: did not return the given outputs")
+        want = ddl.allreduce_n([b.copy() for b in before], op=op, names=names)
+        for name, src, b, o, w in zip(names, srcs, before, outs, want):
+            check(f"allreduce_n_into {name} source untouched", src, b)
+            check(f"allreduce_n_into {name} vs in place", o, w)
+    try:
+        ddl.allreduce_n_into([np.ones(3, np.float32)], [np.ones(4, np.float32)], names=["bad"])
+        failures.append("allreduce_n_into: wrong output shape accepted")
+    except ddl.DDLInputError as exc:
+        if "shape (3,)" not in str(exc):
+            failures.append(f"allreduce_n_into shape message: {exc}")
     # exact values (integers survive every path): the sum of rank+1
     x = np.full(10, R + 1, np.int64)
     check("allreduce_n int64 exact", ddl.allreduce_n([x])[0], np.full(10, total))
