@@ -46,7 +46,11 @@ class Registry:
         return None
 
     def add(self, ranks: Sequence[int]) -> int:
-        ranks = sorted({int(r) for r in ranks})
+        given = [int(r) for r in ranks]
+        ranks = sorted(set(given))
+        if len(ranks) != len(given):
+            twice = sorted(r for r in ranks if given.count(r) > 1)
+            raise DDLInputError(f"process set ranks {given}: rank(s) {twice} listed more than once")
         bad = [r for r in ranks if not 0 <= r < self.rt.size]
         if not ranks or bad:
             raise DDLInputError(f"process set ranks {ranks}: every rank must be in 0..{self.rt.size - 1}")

@@ -105,8 +105,17 @@ OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The progra
 
 
 def _horovod_exports(export, horovod: bool):
-    """--horovod: the job script exports WML_HOROVOD=1, which turns on ddlrun --horovod."""
-    return [*(export or []), "WML_HOROVOD=1"] if horovod else export
+    """--horovod: the job script exports WML_HOROVOD=1, which turns on ddlrun --horovod.
+    ``--export WML_HOROVOD=...`` and ``--export HOROVOD_*=...`` are checked now as ddlrun checks
+    them in the job, so a bad value fails here, not after the queue wait."""
+    export = [*(export or []), "WML_HOROVOD=1"] if horovod else export
+    given = dict(item.partition("=")[::2] for item in export or () if "=" in item)
+    if any(k == "WML_HOROVOD" or k.startswith("HOROVOD_") for k in given):
+        from .ddlrun.horovod import check_settings, wanted
+
+        if wanted(horovod, given):
+            check_settings((), given, timeline_file=False)   # the file is written on the compute nodes
+    return export
 
 
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,

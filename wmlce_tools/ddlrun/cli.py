@@ -76,9 +76,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _exports(a) -> tuple:
-    from .horovod import shim_exports, wanted
+    from .horovod import check_settings, shim_exports, wanted
 
-    return shim_exports(a.exports, os.environ) if wanted(a.horovod, os.environ) else tuple(a.exports)
+    if not wanted(a.horovod, os.environ):
+        return tuple(a.exports)
+    exports = shim_exports(a.exports, os.environ)
+    check_settings(exports, os.environ)
+    return exports
 
 
 def parse_args(argv: Sequence[str]):

@@ -39,3 +39,26 @@ def shim_exports(exports: Sequence[str], env: Mapping[str, str]) -> Tuple[str, .
             kept.append(item)
     parts = [SHIM_DIR] + [p for p in (current or "").split(os.pathsep) if p and p != SHIM_DIR]
     return (*kept, "PYTHONPATH=" + os.pathsep.join(parts))
+
+
+def check_settings(exports: Sequence[str], env: Mapping[str, str], timeline_file: bool = True) -> None:
+    """The ranks' ``HOROVOD_*`` settings (this environment, then ``-x`` items), checked here
+    with the runtime's own reader, so that a bad value is one line from ddlrun before any rank
+    starts (not a traceback from every rank), and (``timeline_file``) that ``HOROVOD_TIMELINE``'s
+    file can be written."""
+    from ddl_runtime.errors import DDLInputError
+    from ddl_runtime.horovod.environment import read
+
+    from .plan import check_output_file
+
+    ranks_env = dict(env)
+    for item in exports:
+        key, eq, value = item.partition("=")
+        if eq:
+            ranks_env[key] = value
+    try:
+        settings = read(ranks_env)
+    except DDLInputError as e:
+        raise WmlError(str(e)) from None
+    if settings.timeline and timeline_file:
+        check_output_file(settings.timeline, "HOROVOD_TIMELINE")

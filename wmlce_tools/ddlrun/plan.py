@@ -127,6 +127,19 @@ class LaunchPlan:
         return argv
 
 
+def check_output_file(path: str, what: str) -> None:
+    """A file the ranks will write (a timeline): its directory exists and is writable, and the
+    path is not a directory; checked on the launch node, before any rank starts."""
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full)
+    if os.path.isdir(full):
+        raise WmlError(f"{what} {path}: is a directory; give a file name")
+    if not os.path.isdir(parent):
+        raise WmlError(f"{what} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise WmlError(f"{what} {path}: directory {parent} is not writable")
+
+
 def master_port(env: Mapping[str, str]) -> int:
     """A port in 20000-59999 derived from the job id (else this process id), so that
     concurrent jobs on shared nodes pick different ports."""
@@ -308,6 +321,8 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     _check_program(opts.program)
     exe, flavor = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
+    if opts.timeline:
+        check_output_file(opts.timeline, "--timeline")
     timeline = os.path.abspath(opts.timeline) if opts.timeline else None
     return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
                       mpi_flavor=flavor, launcher_exe=exe, exports=exports,

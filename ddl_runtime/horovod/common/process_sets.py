@@ -35,9 +35,12 @@ class ProcessSet:
         else:
             ranks = ranks_or_comm
         try:
-            self.ranks: List[int] = sorted({int(r) for r in ranks})
+            given = [int(r) for r in ranks]
         except (TypeError, ValueError):
             raise DDLInputError(f"ProcessSet: expected a list of ranks, got {ranks_or_comm!r}") from None
+        self.ranks: List[int] = sorted(set(given))
+        if len(self.ranks) != len(given):
+            raise DDLInputError(f"ProcessSet: ranks {given}: a rank is listed more than once")
 
     def size(self) -> Optional[int]:
         if self.process_set_id is None:
