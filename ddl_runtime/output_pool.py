@@ -10,8 +10,9 @@ How "gone" is known: each hand-out is a view of ``np.frombuffer(memoryview(memor
 array does not own its data and its base is no ndarray, so numpy makes it the ``.base`` of
 every view derived from the hand-out (reshape, slice, ``.view(uint16)``, DLPack exports hold
 the array they export): it lives exactly as long as something can still read or write the
-result.  The pool keeps only a weak reference to it.  At most `keep` buffers are
-kept per (shape, dtype); a hand-out beyond those is plain fresh memory.
+result.  The pool keeps only a weak reference to it.  Buffers are kept per (shape, dtype),
+as many as one step had in use at once (ResNet-50 has 32 gradients of one shape), up to
+`max_bytes` in all; a hand-out beyond that is plain fresh memory.
 """
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ class OutputPool:
 
     `shape` is a tuple of ints and `dtype` a np.dtype (as an ndarray's .shape and .dtype)."""
 
-    def __init__(self, keep: int = 2, max_keys: int = 4096):
-        self.keep = keep
+    def __init__(self, max_bytes: int = 4 << 30, max_keys: int = 4096):
+        self.max_bytes = max_bytes
         self.max_keys = max_keys
+        self.kept_bytes = 0
         self._slots: Dict[Tuple[tuple, np.dtype], List[list]] = {}  # [memory, weakref to the live hand-out]
         self._lock = threading.Lock()
 
@@ -51,17 +53,22 @@ class OutputPool:
             slots = self._slots.get(key)
             if slots is None:
                 if len(self._slots) >= self.max_keys:
-                    self._slots.clear()
+                    self._clear()
                 slots = self._slots[key] = []
             slot = next((s for s in slots if s[1]() is None), None)
             if slot is None:
                 slot = [_aligned_bytes(nbytes), None]
-                if len(slots) < self.keep:
+                if self.kept_bytes + nbytes <= self.max_bytes:
                     slots.append(slot)
+                    self.kept_bytes += nbytes
             flat = np.frombuffer(memoryview(slot[0]), dtype=dtype)
             slot[1] = weakref.ref(flat)
         return flat.reshape(shape)
 
     def clear(self) -> None:
         with self._lock:
-            self._slots.clear()
+            self._clear()
+
+    def _clear(self) -> None:
+        self._slots.clear()
+        self.kept_bytes = 0
