@@ -160,6 +160,16 @@ def narrow(src: np.ndarray, dtype: str, out: np.ndarray, scale: Optional[float] 
         np.copyto(out, src, casting="unsafe")
 
 
+def store_result(ref: TensorRef, src: np.ndarray, dst: np.ndarray, scale: Optional[float]) -> None:
+    """A reduced run into the user's tensor: round back (16-bit floats), divide (avg) or copy."""
+    if ref.widened:
+        narrow(src, ref.dtype, dst, scale)
+    elif scale is not None:
+        np.divide(src, scale, out=dst)
+    else:
+        np.copyto(dst, src)
+
+
 def new_like(ref: TensorRef, flat: np.ndarray, shape: tuple) -> Any:
     """Wrap a freshly allocated flat numpy array (in `ref`'s raw dtype) as the same kind of object."""
     if ref.kind == "torch":

@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from .algorithms import Algorithms, Chain
 from .fusion import BucketSpec, Pool
-from .buffers import TensorRef, narrow, widen
+from .buffers import TensorRef, store_result, widen
 from .errors import DDLError
 from .timeline import LANES, TID_HOST, TID_MPI
 
@@ -158,13 +158,7 @@ class Engine:
         else:
             for index, start, stop, offset in spec.segments:
                 ref = bucket.refs[index]
-                src, dst = buf[offset:offset + stop - start], ref.dst[start:stop]
-                if ref.widened:
-                    narrow(src, ref.dtype, dst, scale)
-                elif scale is not None:
-                    np.divide(src, scale, out=dst)
-                else:
-                    np.copyto(dst, src)
+                store_result(ref, buf[offset:offset + stop - start], ref.dst[start:stop], scale)
             self.pool.give(buf)
             if tl.enabled:
                 tl.span("UNPACK", TID_HOST, t1, time.perf_counter(),

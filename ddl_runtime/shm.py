@@ -43,7 +43,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .algorithms import split_counts
-from .buffers import TensorRef, narrow, widen
+from .buffers import TensorRef, store_result, widen
 from .timeline import TID_HOST, TID_MPI
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
@@ -274,13 +274,13 @@ class ShmGroup:
                 for peer in peers:
                     ufunc(base, peer, out=acc)
                     base = acc
-                _store(refs[i], acc, dsts[i][a:b], scale)
+                store_result(refs[i], acc, dsts[i][a:b], scale)
             if k < last:
                 _publish(c.rounds[k + 1], flats, refs)
             self.barrier()
             t2 = time.perf_counter()
             for i, a, b, src in r.gather:
-                _store(refs[i], src, dsts[i][a:b], scale)
+                store_result(refs[i], src, dsts[i][a:b], scale)
         if timeline is not None and timeline.enabled:
             nbytes = sum(g.length * g.dtype.itemsize for g in c.plan.groups)
             timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm"})
@@ -328,16 +328,6 @@ def _publish(r: CompiledRound, flats: Sequence[np.ndarray], refs: Sequence[Tenso
             widen(flats[i][a:b], ref.dtype, dst)
         else:
             np.copyto(dst, flats[i][a:b])
-
-
-def _store(ref: TensorRef, src: np.ndarray, dst: np.ndarray, scale: Optional[float]) -> None:
-    """A reduced run into the user's tensor: round back (16-bit floats), divide (avg) or copy."""
-    if ref.widened:
-        narrow(src, ref.dtype, dst, scale)
-    elif scale is not None:
-        np.divide(src, scale, out=dst)
-    else:
-        np.copyto(dst, src)
 
 
 def open_group(world: MPI.Comm, one_node: bool, enabled: bool, watchdog,

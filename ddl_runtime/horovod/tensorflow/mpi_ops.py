@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddl_runtime.errors import DDLInputError
+from ddl_runtime.tensorflow import _with_gradient
 from ddl_runtime.kernels import scatter_rows
 from ddl_runtime.negotiation import Request
 
@@ -78,21 +79,8 @@ def _bridge(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[
 def _differentiable(forward: Callable[[List[tf.Tensor]], List[tf.Tensor]],
                     backward: Callable[[List[tf.Tensor], List[tf.Tensor]], List[Any]],
                     tensors: List[tf.Tensor]) -> List[tf.Tensor]:
-    if not any(t.dtype.is_floating for t in tensors):
-        return forward(tensors)
-
-    @tf.custom_gradient
-    def op(*xs):
-        ys = forward(list(xs))
-
-        def grad(*dys):
-            dys = [tf.zeros_like(y) if d is None else d for d, y in zip(dys, ys)]
-            return backward(dys, list(xs))
-
-        return ys, grad
-
-    out = op(*tensors)
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    """forward(tensors), differentiable through `backward(upstream, inputs)` (ddl_runtime.tensorflow's wrapper)."""
+    return _with_gradient(forward, lambda dys, xs, ys: backward(dys, xs), tensors)
 
 
 def _name(name: Optional[str], what: str) -> str:
