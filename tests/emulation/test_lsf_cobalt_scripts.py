@@ -290,8 +290,11 @@ def test_doubles_refuse_what_the_real_tools_refuse(tool, args, env, words):
 
 def test_doubles_accept_attached_and_long_spellings(tmp_path):
     log = tmp_path / "log"
+    # one write() per rank: print() under PYTHONUNBUFFERED writes the text and the newline apart,
+    # and two ranks' pieces could interleave ("10" then two newlines)
+    write_rank = "import os; os.write(1, os.environ['JSM_NAMESPACE_RANK'].encode() + b'\\n')"
     proc = run_double("jsrun", "-n2", "-a1", "-c7", "-g1", "-r2", "-bpacked:7", "--launch_distribution=packed",
-                      "--smpiargs=-gpu", "-l", "gpu-cpu", sys.executable, "-c", "import os; print(os.environ['JSM_NAMESPACE_RANK'])",
+                      "--smpiargs=-gpu", "-l", "gpu-cpu", sys.executable, "-c", write_rank,
                       env={**LSF, "WML_DOUBLE_LOG": str(log)})
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split()) == ["0", "1"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
+from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -63,8 +64,8 @@ def slurm_example(slurm, tmp_path: Path, script: str, out: Path, *args: str, tim
            "--export", "TF_CPP_MIN_LOG_LEVEL=2", "--export", "DDL_STALL_SHUTDOWN_S=90",
            str(EXAMPLES / script), "--json", str(out), *args]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tmp_path),
-                           stdin=subprocess.DEVNULL)
+        p = submit_waiting(lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                                                  cwd=str(tmp_path), stdin=subprocess.DEVNULL), env)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"wml submit did not finish within {timeout} s: {str(exc.stdout)[-2000:]}")
     result = json.loads(out.read_text()) if out.exists() else None

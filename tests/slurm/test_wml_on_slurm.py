@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "tests" / "jobs" / "programs" / "ddl_check.py"
@@ -49,7 +50,9 @@ class Wml:
     def submit(self, *args: str, nodes=1, rpn=1, name="t", wait=False, env=None, timeout=180) -> subprocess.CompletedProcess:
         argv = ["submit", "--site", "local-slurm", "--nodes", str(nodes), "--ranks-per-node", str(rpn), "-t", "5",
                 "-J", name, "--json"] + (["--wait"] if wait else []) + list(args)
-        return self(*argv, env=env, timeout=timeout)
+        if not wait:
+            return self(*argv, env=env, timeout=timeout)
+        return submit_waiting(lambda: self(*argv, env=env, timeout=timeout), {**os.environ, **self.env, **(env or {})})
 
     def submitted(self, proc) -> dict:
         assert proc.returncode == 0 or "job_id" in proc.stdout, proc.stderr
