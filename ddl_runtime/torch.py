@@ -32,7 +32,7 @@ import io
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -122,8 +122,8 @@ def _as_tensor_result(result: Any, like: torch.Tensor) -> torch.Tensor:
 def _named_tensors(params: Any, what: str) -> List[Tuple[str, torch.Tensor]]:
     if isinstance(params, torch.nn.Module):
         raise _InputError(
-            f"broadcast_parameters: pass model.state_dict() or model.named_parameters(), "
-            f"not the module itself"
+            "broadcast_parameters: pass model.state_dict() or model.named_parameters(), "
+            "not the module itself"
         )
     if isinstance(params, dict):
         items = list(params.items())

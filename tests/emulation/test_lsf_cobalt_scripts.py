@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from helpers.job_output import ddlcheck_ranks, promised_launch
 
 HERE = Path(__file__).resolve().parent
 DOUBLES = HERE / "doubles"
@@ -101,21 +102,9 @@ class Emulation:
         return env
 
 
-def rank_lines(stdout: str) -> List[dict]:
-    """The DDLCHECK line of every rank (ddlrun prefixes each line with ``[rank] ``)."""
-    out = []
-    for line in stdout.splitlines():
-        m = re.match(r"^\[(\d+)\] DDLCHECK (\{.*\})$", line)
-        if m:
-            rec = json.loads(m.group(2))
-            assert rec["rank"] == int(m.group(1)), line
-            out.append(rec)
-    return sorted(out, key=lambda r: r["rank"])
-
-
 def check_ranks(proc, size: int, per_node: int, node_of, node_var: str) -> List[dict]:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    ranks = rank_lines(proc.stdout)
+    ranks = ddlcheck_ranks(proc.stdout)
     assert [r["rank"] for r in ranks] == list(range(size)), proc.stdout[-3000:]
     for r in ranks:
         assert r["size"] == size
@@ -131,9 +120,7 @@ def check_ranks(proc, size: int, per_node: int, node_of, node_var: str) -> List[
 
 def promised_launcher(script: str) -> List[str]:
     """The launcher line the script's comment promises, as argv, without the program."""
-    m = re.search(r"^# ddlrun recomputes this layout inside the allocation and runs:\n#   (.*)$", script, re.M)
-    assert m, script
-    argv = shlex.split(m.group(1))
+    argv = promised_launch(script)
     return argv[1: argv.index("python")]
 
 

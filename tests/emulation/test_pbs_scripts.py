@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from helpers.job_output import ddlcheck_ranks, promised_launch
 
 HERE = Path(__file__).resolve().parent
 DOUBLES = HERE / "doubles"
@@ -52,17 +53,8 @@ def records(tmp: Path, tool: str) -> List[dict]:
     return [r for r in map(json.loads, log.read_text().splitlines()) if r["tool"] == tool] if log.exists() else []
 
 
-def rank_lines(stdout: str) -> List[dict]:
-    out = []
-    for line in stdout.splitlines():
-        m = re.match(r"^\[(\d+)\] DDLCHECK (\{.*\})$", line)
-        if m:
-            out.append(json.loads(m.group(2)))
-    return sorted(out, key=lambda r: r["rank"])
-
-
 def check_ranks(stdout: str, size: int, per_node: int, hosts: List[str]) -> List[dict]:
-    ranks = rank_lines(stdout)
+    ranks = ddlcheck_ranks(stdout)
     assert [r["rank"] for r in ranks] == list(range(size)), stdout[-3000:]
     for r in ranks:
         assert r["size"] == size and r["local_rank"] == r["rank"] % per_node and r["local_size"] == per_node, r
@@ -75,9 +67,7 @@ def check_ranks(stdout: str, size: int, per_node: int, hosts: List[str]) -> List
 
 
 def promised_launcher(script: str) -> List[str]:
-    m = re.search(r"^# ddlrun recomputes this layout inside the allocation and runs:\n#   (.*)$", script, re.M)
-    assert m, script
-    argv = shlex.split(m.group(1))
+    argv = promised_launch(script)
     return argv[1: argv.index(str(PROGRAM)) - 1]
 
 

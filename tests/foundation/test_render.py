@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.job_output import directives, normalize, promised_launch
 
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.resources import ResourceRequest
@@ -44,25 +45,6 @@ def render(site, program, **kw):
     return plan, render_script(plan)
 
 
-def normalize(text, program):
-    """Machine-specific paths out: the program's tmp path, wml's own ddlrun (called by absolute
-    path), and this interpreter (used for a .py program on sites that load no module or env)."""
-    import sys
-    ddlrun = str(Path(sys.executable).parent / "ddlrun")
-    return (text.replace(str(program), "/work/proj/train.py").replace(ddlrun, "{ddlrun}")
-            .replace(sys.executable, "{python}"))
-
-
-def directives(script, prefix):
-    return [ln for ln in script.splitlines() if ln.startswith(prefix)]
-
-
-def launch_comment(script):
-    lines = script.splitlines()
-    i = lines.index("# ddlrun recomputes this layout inside the allocation and runs:")
-    return shlex.split(lines[i + 1].lstrip("# "))
-
-
 @pytest.mark.parametrize("site, kw", [
     ("summit", dict(nodes=18, project="abc123", walltime=90, job_name="ddl_test")),
     ("theta", dict(nodes=128, project="datascience", walltime=60, job_name="hvd")),
@@ -82,7 +64,7 @@ def test_summit_directives_and_jsrun_geometry(program):
         "#BSUB -o /jobs/j1/ddl_test.%J.out", "#BSUB -e /jobs/j1/ddl_test.%J.err",
         '#BSUB -alloc_flags "smt4"', '#BSUB -w "done(701106)"']
     assert "module load ibm-wml-ce" in script
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:14] == ["jsrun", "-n", "108", "-a", "1", "-c", "7", "-g", "1", "-r", "6", "-b", "packed:7", "-d"]
     ddl = shlex.split(script.strip().splitlines()[-1])
     assert ddl[:3] == [plan.ddlrun_argv[0], "--site", "summit"] and ddl[ddl.index("-n") + 1] == "108"
@@ -103,14 +85,14 @@ def test_theta_directives_and_aprun_line(program):
     assert directives(script, "#COBALT") == [
         "#COBALT -n 128", "#COBALT -t 60", "#COBALT -q default", "#COBALT -A datascience",
         "#COBALT --attrs mcdram=cache:numa=quad", "#COBALT --jobname wml-job", "#COBALT -O /jobs/j1/wml-job"]
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:11] == ["aprun", "-n", "128", "-N", "1", "-d", "64", "-j", "1", "-cc", "depth"]
     assert argv[11:13] == ["-e", "OMP_NUM_THREADS=64"]
 
 
 def test_theta_hyperthreads_geometry(program):
     _, script = render("theta", program, nodes=128, ranks_per_node=4, threads_per_core=2, walltime=60)
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:9] == ["aprun", "-n", "512", "-N", "4", "-d", "32", "-j", "2"]
 
 
@@ -123,7 +105,7 @@ def test_slurm_directives_and_srun_line(program):
         "#SBATCH --partition=gpu", "#SBATCH --account=m1234",
         "#SBATCH --output=/jobs/j1/wml-job.%j.out", "#SBATCH --error=/jobs/j1/wml-job.%j.err",
         "#SBATCH --dependency=afterok:4242"]
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:9] == ["srun", "-N", "4", "-n", "16", "--ntasks-per-node=4", "--cpus-per-task=16",
                         "--threads-per-core=1", "--gpus-per-task=1"]
     assert "--cpu-bind=cores" in argv

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.job_output import directives, normalize, promised_launch
 
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.launchers.pals import cpu_bind_list
@@ -45,22 +45,6 @@ def render(site, program, **kw):
     plan = plan_job(get_site(site), ResourceRequest(**kw), [str(program), "--epochs", "3"],
                     jobdir=Path("/jobs/j1"), workdir=Path("/work/proj"))
     return plan, render_script(plan)
-
-
-def normalize(text, program):
-    ddlrun = str(Path(sys.executable).parent / "ddlrun")
-    return (text.replace(str(program), "/work/proj/train.py").replace(ddlrun, "{ddlrun}")
-            .replace(sys.executable, "{python}"))
-
-
-def directives(script, prefix):
-    return [ln for ln in script.splitlines() if ln.startswith(prefix)]
-
-
-def launch_comment(script):
-    lines = script.splitlines()
-    i = lines.index("# ddlrun recomputes this layout inside the allocation and runs:")
-    return shlex.split(lines[i + 1].lstrip("# "))
 
 
 GOLDEN_JOBS = {
@@ -87,7 +71,7 @@ def test_polaris_directives_and_mpiexec_line(program):
         "#PBS -l place=scatter", "#PBS -l walltime=00:30:00", "#PBS -l filesystems=home:eagle",
         "#PBS -k doe", "#PBS -o /jobs/j1/wml-job.out", "#PBS -e /jobs/j1/wml-job.err",
         "#PBS -W depend=afterok:4241.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"]
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:8] == ["mpiexec", "-n", "8", "--ppn", "4", "--depth=8", "--cpu-bind", "depth"]
     # the job's exports reach every rank through --env
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == [f"{k}={v}" for k, v in plan.exports]
@@ -97,7 +81,7 @@ def test_polaris_with_both_hw_threads_binds_cores_and_their_siblings(program):
     """--depth would give a rank 16 consecutive CPUs = 16 cores' first threads; with 2 threads
     per core each rank gets its 8 cores and their second threads (Linux: core + 32)."""
     _, script = render("polaris", program, nodes=1, project="p", walltime=30, queue="debug", threads_per_core=2)
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[5] == "--cpu-bind=list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63"
 
 
@@ -118,7 +102,7 @@ def test_aurora_binds_one_rank_per_tile_as_alcf_does(program):
     assert directives(script, "#PBS")[3:7] == ["#PBS -l select=2", "#PBS -l place=scatter",
                                               "#PBS -l walltime=00:30:00", "#PBS -l filesystems=home:flare"]
     assert "module load frameworks" in script
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:6] == ["mpiexec", "-n", "24", "--ppn", "12",
                         "--cpu-bind=list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"]
 
@@ -138,7 +122,7 @@ def test_frontier_srun_line(program):
     _, script = render("frontier", program, nodes=2, project="abc123", walltime=30)
     d = directives(script, "#SBATCH")
     assert "#SBATCH --partition=batch" in d and "#SBATCH --account=abc123" in d and "#SBATCH --nodes=2" in d
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:5] == ["srun", "-N", "2", "-n", "16"]
     assert "--cpus-per-task=7" in argv and "--gpus-per-task=1" in argv and "--gpu-bind=closest" in argv
     for mod in ("PrgEnv-gnu", "rocm", "craype-accel-amd-gfx90a"):
@@ -158,7 +142,7 @@ def test_perlmutter_qos_constraint_and_srun_line(program):
     d = directives(script, "#SBATCH")
     assert "#SBATCH --qos=regular" in d and "#SBATCH --constraint=gpu" in d and "#SBATCH --account=m1234" in d
     assert "#SBATCH --gpus-per-node=4" in d and not any(x.startswith("#SBATCH --partition") for x in d)
-    argv = launch_comment(script)
+    argv = promised_launch(script)
     assert argv[:5] == ["srun", "-N", "2", "-n", "8"]
     assert "--cpus-per-task=32" in argv and "--gpus-per-node=4" in argv and "--cpu-bind=cores" in argv
     _, script = render("perlmutter", program, nodes=2, project="m1234", walltime=30, queue="debug")

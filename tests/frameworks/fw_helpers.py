@@ -49,14 +49,8 @@ def _env(extra: Optional[dict] = None) -> dict:
     return env
 
 
-def run(n: Optional[int], script: Path, *args: str, timeout: float = 150, env: Optional[dict] = None) -> Run:
-    """Run `script` on n ranks with mpiexec, or as a plain `python` process when n is None."""
-    if n is None:
-        cmd = [sys.executable, str(script), *args]
-    else:
-        mpiexec = shutil.which("mpiexec")
-        assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
-        cmd = [mpiexec, "-n", str(n), sys.executable, str(script), *args]
+def _timed(cmd: list, timeout: float, env: Optional[dict]) -> Run:
+    """Run `cmd` from the repository with _env(env); a timeout fails the test with both outputs' tails."""
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=str(REPO))
@@ -65,6 +59,17 @@ def run(n: Optional[int], script: Path, *args: str, timeout: float = 150, env: O
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (a hang?)\n{out[-3000:]}\n{err[-3000:]}")
     return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+def run(n: Optional[int], script: Path, *args: str, timeout: float = 150, env: Optional[dict] = None) -> Run:
+    """Run `script` on n ranks with mpiexec, or as a plain `python` process when n is None."""
+    if n is None:
+        cmd = [sys.executable, str(script), *args]
+    else:
+        mpiexec = shutil.which("mpiexec")
+        assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
+        cmd = [mpiexec, "-n", str(n), sys.executable, str(script), *args]
+    return _timed(cmd, timeout, env)
 
 
 def read_json(path: Path) -> dict:
@@ -77,11 +82,4 @@ def ddlrun(n: int, script: Path, *args: str, timeout: float = 150, env: Optional
     launcher = Path(sys.executable).parent / "ddlrun"
     cmd = [str(launcher) if launcher.exists() else shutil.which("ddlrun") or "ddlrun",
            "-n", str(n), sys.executable, str(script), *args]
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=str(REPO))
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s (a hang?)\n{out[-3000:]}\n{err[-3000:]}")
-    return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    return _timed(cmd, timeout, env)

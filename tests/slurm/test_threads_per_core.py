@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import textwrap
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.job_output import ddlcheck_ranks
 from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def test_wml_job_runs_on_smt2_nodes_and_each_rank_gets_its_cpus(smt2_slurm, smt2
     err = Path(info["error"]).read_text() if Path(info["error"]).exists() else ""
     assert proc.returncode == 0, f"{proc.stderr}\n{out[-3000:]}\n{err[-3000:]}"
     assert "DDLCHECK-OK size=2" in out
-    ranks = [json.loads(m) for m in re.findall(r"^\[\d+\] DDLCHECK (\{.*\})$", out, re.M)]
+    ranks = ddlcheck_ranks(out)
     assert len(ranks) == 2
     # the step was given --cpus-per-task itself (no inheritance from sbatch since 22.05)
     assert {r["env"]["SLURM_CPUS_PER_TASK"] for r in ranks} == {"2"}

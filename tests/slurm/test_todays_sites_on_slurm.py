@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.job_output import ddlcheck_ranks as ranks_of
 import yaml
 from helpers.slurm_jobs import submit_waiting
 
@@ -49,15 +50,6 @@ def sites(local_slurm, tmp_path):
     for name in ("frontier", "perlmutter"):
         (d / f"{name}-local.yaml").write_text(yaml.safe_dump(shrunk(name, local_slurm)))
     return {"WML_SITE_PATH": str(d), "SLURM_CONF": str(local_slurm.conf), "WML_SLURM_BASE": str(local_slurm.base)}
-
-
-def ranks_of(output: str):
-    out = []
-    for line in output.splitlines():
-        m = re.match(r"^\[(\d+)\] DDLCHECK (\{.*\})$", line)
-        if m:
-            out.append(json.loads(m.group(2)))
-    return sorted(out, key=lambda r: r["rank"])
 
 
 def submit(run_wml, env, site):

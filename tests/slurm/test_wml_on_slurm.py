@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from helpers.job_output import ddlcheck_ranks as rank_lines
 from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,15 +74,6 @@ class Wml:
             if time.monotonic() > deadline:
                 pytest.fail(f"job {job} not {states} after {timeout} s: {st}")
             time.sleep(0.5)
-
-
-def rank_lines(text: str) -> List[dict]:
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"^\[(\d+)\] DDLCHECK (\{.*\})$", line)
-        if m:
-            out.append(json.loads(m.group(2)))
-    return sorted(out, key=lambda r: r["rank"])
 
 
 # -- the DDL job end to end ----------------------------------------------------------------

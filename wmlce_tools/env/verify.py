@@ -8,12 +8,12 @@ module listed in the spec's ``imports`` is imported by the env's own python.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wmlce_tools.env.cachecheck import sha256_file
 from wmlce_tools.env.envinfo import EnvInfo
 from wmlce_tools.env.installed import conda_records, env_python
 
@@ -67,14 +67,6 @@ class VerifyReport:
         return not self.file_problems and not self.pip_problems and not self.import_problems
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _mismatch(pkg: str, rel: Path, path: Path, rec) -> FileProblem:
     st = os.stat(path)
     cache_copy = ""
@@ -109,7 +101,7 @@ def check_files(prefix: Path, report: VerifyReport) -> None:
             expected = entry.sha256_in_prefix or entry.sha256
             if expected is None:
                 continue
-            if _sha256(path) != expected.hex():
+            if sha256_file(path) != expected.hex():
                 report.file_problems.append(_mismatch(pkg, rel, path, rec))
 
 

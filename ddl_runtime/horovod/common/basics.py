@@ -6,8 +6,12 @@ and friends raise ValueError before init (Horovod's message says to call hvd.ini
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ...errors import DDLInputError
+
+if TYPE_CHECKING:
+    from ...runtime import Runtime
 
 
 def _rt():

@@ -8,6 +8,7 @@ not halve the bytes on the wire.)
 """
 from __future__ import annotations
 
+import abc
 from typing import Any, Tuple
 
 import torch
@@ -15,16 +16,22 @@ import torch
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 
 
-class Compressor:
-    """Interface: subclass and override both static methods to write your own."""
+class Compressor(abc.ABC):
+    """The interface Horovod documents for custom compression (``hvd.Compression``): subclass it
+    and define both static methods.  Abstract: calling the base's methods is a programming error
+    (the two concrete compressors below are what ``compression=`` takes)."""
 
     @staticmethod
+    @abc.abstractmethod
     def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
-        raise NotImplementedError("Compressor.compress")
+        """``tensor`` -> (what travels, context for decompress)."""
+        raise NotImplementedError(f"{Compressor.__name__} is an interface: subclass it and define compress()")
 
     @staticmethod
+    @abc.abstractmethod
     def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        raise NotImplementedError("Compressor.decompress")
+        """(what travelled, context) -> the tensor in its original dtype."""
+        raise NotImplementedError(f"{Compressor.__name__} is an interface: subclass it and define decompress()")
 
 
 class NoneCompressor(Compressor):

@@ -157,23 +157,28 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+def _grouped_allreduce_async(kind, in_place, tensors, average, name, op, prescale_factor, postscale_factor,
+                             process_set) -> int:
+    what = f"{kind}('{name}')" if name else kind
+    tensors = _as_list(tensors, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    handle, finish = _allreduce_start(tensors, tensors if in_place else None, name, op_name, pre, post, process_set,
+                                      what, True)
+    return _handles.register(handle, finish)
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set) -> int:
     """Reduce a list of tensors as one negotiated, fused operation; returns a handle."""
-    what = f"grouped_allreduce('{name}')" if name else "grouped_allreduce"
-    tensors = _as_list(tensors, what)
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
-    handle, finish = _allreduce_start(tensors, None, name, op_name, pre, post, process_set, what, True)
-    return _handles.register(handle, finish)
+    return _grouped_allreduce_async("grouped_allreduce", False, tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set) -> int:
-    what = f"grouped_allreduce_('{name}')" if name else "grouped_allreduce_"
-    tensors = _as_list(tensors, what)
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
-    handle, finish = _allreduce_start(tensors, tensors, name, op_name, pre, post, process_set, what, True)
-    return _handles.register(handle, finish)
+    """grouped_allreduce_async, results written into `tensors`; returns a handle."""
+    return _grouped_allreduce_async("grouped_allreduce_", True, tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set)
 
 
 class _GroupedAllreduce(torch.autograd.Function):

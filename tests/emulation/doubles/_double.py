@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, NoReturn, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULER_PREFIXES = ("COBALT_", "LSB_", "LSF_", "PBS_", "SLURM_")
@@ -115,6 +115,6 @@ def run_ranks(tool: str, ranks: List[dict], program: List[str], extra_env: Dict[
         return proc.returncode
 
 
-def fail(tool: str, msg: str) -> "NoReturn":  # noqa: F821
+def fail(tool: str, msg: str) -> NoReturn:
     print(f"{tool}: error: {msg}", file=sys.stderr)
     sys.exit(2)

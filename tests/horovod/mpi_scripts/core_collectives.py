@@ -2,7 +2,6 @@
 import sys
 import traceback
 
-import numpy as np
 import torch
 
 import ddl_runtime.horovod.torch as hvd

@@ -1,0 +1,48 @@
+"""What tests read out of a job: the DDLCHECK line every rank of tests/jobs/programs/ddl_check.py
+prints (ddlrun prefixes each line with ``[rank] ``), and the launcher line a job script's
+comment promises."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import List
+
+_DDLCHECK = re.compile(r"^\[(\d+)\] DDLCHECK (\{.*\})$")
+_PROMISE = re.compile(r"^# ddlrun recomputes this layout inside the allocation and runs:\n#   (.*)$", re.M)
+
+
+def ddlcheck_ranks(text: str) -> List[dict]:
+    """Every rank's DDLCHECK record, sorted by rank; each record's rank is its line prefix's."""
+    out = []
+    for line in text.splitlines():
+        m = _DDLCHECK.match(line)
+        if m:
+            rec = json.loads(m.group(2))
+            assert rec["rank"] == int(m.group(1)), line
+            out.append(rec)
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def promised_launch(script: str) -> List[str]:
+    """The launcher command line (argv) that the job script's comment says ddlrun will run."""
+    m = _PROMISE.search(script)
+    assert m, script
+    return shlex.split(m.group(1))
+
+
+def directives(script: str, prefix: str) -> List[str]:
+    """The scheduler directive lines (``#SBATCH``, ``#PBS``, ...) of a job script."""
+    return [ln for ln in script.splitlines() if ln.startswith(prefix)]
+
+
+def normalize(text: str, program) -> str:
+    """A rendered script without machine-specific paths, as the golden files hold it: the
+    program's tmp path, wml's own ddlrun (called by absolute path) and this interpreter (used
+    for a .py program on sites that load no module or env)."""
+    import sys
+    from pathlib import Path
+
+    ddlrun = str(Path(sys.executable).parent / "ddlrun")
+    return (text.replace(str(program), "/work/proj/train.py").replace(ddlrun, "{ddlrun}")
+            .replace(sys.executable, "{python}"))
