@@ -48,6 +48,14 @@ def test_allreduce_n_every_dtype_eager_and_in_tf_function(ranks):
         assert [g["values"] for g in avg[4:8]] == [2.5] * 4
 
 
+def test_import_starts_nothing_and_autograph_leaves_the_runtime_alone(ranks):
+    for rec in ranks:
+        assert rec["threading_settable_after_import"] is True, rec["threading_settable_after_import"]
+        # the engine ran once per rank, from plain Python (no AutoGraph-converted frame above it)
+        assert rec["autograph_frames_in_engine"] == [False]
+        assert [g["values"] for g in rec["graph_autograph_sum"]] == [(np.arange(6).reshape(2, 3) * 3).tolist()] * 6
+
+
 def test_single_tensor_collectives(ranks):
     # rank 0 holds [1, 5, -2], rank 1 [-1, 7, -7]
     want = [[-1, 5, -7], [1, 7, -2], [0, 6, -4.5], [-1, 7, -7],
@@ -69,6 +77,7 @@ def test_gradients_through_collectives(ranks):
     for r, rec in enumerate(ranks):
         # d/dw sum((sum_r w*(r+1))^2) on rank r: the allreduce of the upstream 2*3w, times (r+1)
         assert np.allclose(rec["grad_sum"], 2 * 3 * w * 2 * (r + 1))
+        assert np.allclose(rec["grad_allreduce_n"], rec["grad_sum"])  # eagerly, under a tape, allreduce_n too
         assert np.allclose(rec["grad_avg"], 2 * 1.5 * w * (r + 1) / 1)  # avg of upstream stays avg
         # allgather: the summed upstream's slice for this rank's rows
         assert np.allclose(rec["grad_allgather"], [16.0, 0, 0] if r == 0 else [16.0, 32.0, 0])

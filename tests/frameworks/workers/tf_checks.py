@@ -15,6 +15,18 @@ import tensorflow as tf  # noqa: E402
 
 import ddl_runtime.tensorflow as dtf  # noqa: E402
 
+
+def _threading_settable():
+    """Importing ddl_runtime.tensorflow must not start TensorFlow's runtime: a script still sets
+    its thread pools after the imports (TensorFlow refuses once the eager context exists)."""
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(0)
+        return True
+    except RuntimeError as exc:
+        return str(exc)
+
+
+threading_settable = _threading_settable()
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int32", "int64"]
 out_dir = sys.argv[1]
 rec = {}
@@ -45,6 +57,7 @@ rec["before_init_rank"] = err(dtf.rank)
 dtf.init()
 r, n = dtf.rank(), dtf.size()
 rec["rank"], rec["size"] = r, n
+rec["threading_settable_after_import"] = threading_settable
 
 
 # -- allreduce_n: every dtype, 0-d and empty, eagerly and inside tf.function ---------------
@@ -74,6 +87,24 @@ def graph_avg(ts):
 
 
 rec["graph_avg"] = values(graph_avg(floats))
+# AutoGraph must leave ddl_runtime alone: the function tf.numpy_function runs at every step
+# would otherwise route each of its calls through converted_call (ms per step).
+import inspect  # noqa: E402
+
+import ddl_runtime  # noqa: E402
+
+_engine_into, autograph_frames = ddl_runtime.allreduce_n_into, []
+
+
+def _spy(*a, **k):
+    autograph_frames.append(any("__autograph_generated" in f.filename for f in inspect.stack(0)))
+    return _engine_into(*a, **k)
+
+
+ddl_runtime.allreduce_n_into = _spy
+rec["graph_autograph_sum"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, op="sum"))(inputs()[:6]))
+ddl_runtime.allreduce_n_into = _engine_into
+rec["autograph_frames_in_engine"] = autograph_frames
 rec["graph_static_shapes"] = [list(t.shape) for t in graph_sum.get_concrete_function(inputs()).structured_outputs]
 
 # single-tensor ops, both ways
@@ -114,8 +145,11 @@ with tf.GradientTape(persistent=True) as tape:
     s = dtf.allreduce(w * (r + 1), op="sum")
     a = dtf.allreduce(w * (r + 1), op="avg")
     g = dtf.allgather(w[:r + 1] * 2.0)
+    s_n = dtf.allreduce_n([w * (r + 1)], op="sum")[0]
     loss_s, loss_a, loss_g = tf.reduce_sum(s * s), tf.reduce_sum(a * a), tf.reduce_sum(g * g)
+    loss_n = tf.reduce_sum(s_n * s_n)
 rec["grad_sum"] = tape.gradient(loss_s, w).numpy().tolist()
+rec["grad_allreduce_n"] = tape.gradient(loss_n, w).numpy().tolist()
 rec["grad_avg"] = tape.gradient(loss_a, w).numpy().tolist()
 rec["grad_allgather"] = tape.gradient(loss_g, w).numpy().tolist()
 
