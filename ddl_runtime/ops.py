@@ -82,6 +82,18 @@ def _agree(rt: "_rt.Runtime", what: str, signature) -> None:
         raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
 
 
+def _reduce_small(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature) -> bool:
+    """On one host, a small reduction agrees and moves its data with one shared-memory barrier
+    (ShmGroup.allreduce_small); True when it ran.  A mismatch raises as _agree does."""
+    shm = rt.shm
+    if shm is None or not shm.small_eligible(refs):
+        return False
+    rt.watchdog.start(what)
+    if not shm.allreduce_small(refs, op, float(rt.size) if op == "avg" else None, digest(signature), rt.timeline):
+        raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
+    return True
+
+
 def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
     if not refs:
         return f"{kind}[0 tensors]"
@@ -189,18 +201,20 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
         return x
     what = _describe("allreduce", [ref])
     rt.timeline.begin("allreduce", {"op": op, "tensor": name})
-    _agree(rt, what, (("allreduce", op), (_entry(ref),)))
-    if rt.size == 1 or rt.shm is not None:
-        _reduce(rt, [ref], op, False)
-    elif ref.nbytes <= SMALL_BYTES and not ref.widened:
-        # latency-bound: one flat allreduce on the tensor itself, no bucket machinery.  Its own
-        # communicator keeps it out of the order of buckets still in flight (which differs by rank).
-        buf = ref.flat
-        rt.engine.wait_request(rt.small.Iallreduce(MPI.IN_PLACE, [buf, MPI_TYPES[buf.dtype]], MPI_OPS[op]))
-        if op == "avg":
-            np.divide(buf, rt.size, out=buf)
-    else:
-        _reduce(rt, [ref], op, rt.algorithms.hierarchical).wait()
+    signature = (("allreduce", op), (_entry(ref),))
+    if not _reduce_small(rt, [ref], op, what, signature):
+        _agree(rt, what, signature)
+        if rt.size == 1 or rt.shm is not None:
+            _reduce(rt, [ref], op, False)
+        elif ref.nbytes <= SMALL_BYTES and not ref.widened:
+            # latency-bound: one flat allreduce on the tensor itself, no bucket machinery.  Its own
+            # communicator keeps it out of the order of buckets still in flight (which differs by rank).
+            buf = ref.flat
+            rt.engine.wait_request(rt.small.Iallreduce(MPI.IN_PLACE, [buf, MPI_TYPES[buf.dtype]], MPI_OPS[op]))
+            if op == "avg":
+                np.divide(buf, rt.size, out=buf)
+        else:
+            _reduce(rt, [ref], op, rt.algorithms.hierarchical).wait()
     rt.timeline.end("allreduce")
     if ref.kind == "scalar":
         return ref.flat[0].item()
@@ -267,6 +281,9 @@ def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -
         gpu.allreduce(rt, refs, op)
         return
     rt.timeline.begin("allreduce_n", {"op": op, "tensors": len(refs), "mpi": mpi})
+    if not mpi and tol == 0 and _reduce_small(rt, refs, op, what, signature):
+        rt.timeline.end("allreduce_n")
+        return
     _agree(rt, what, signature)
     hierarchical = rt.algorithms.hierarchical and not mpi
     if tol > 0:

@@ -26,7 +26,7 @@ import numpy as np
 ALIGN = 64  # TensorFlow wraps host buffers aligned like this without copying them
 
 
-def _aligned_bytes(nbytes: int) -> np.ndarray:
+def aligned_bytes(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % ALIGN
     return raw[offset:offset + nbytes]
@@ -57,7 +57,7 @@ class OutputPool:
                 slots = self._slots[key] = []
             slot = next((s for s in slots if s[1]() is None), None)
             if slot is None:
-                slot = [_aligned_bytes(nbytes), None]
+                slot = [aligned_bytes(nbytes), None]
                 if self.kept_bytes + nbytes <= self.max_bytes:
                     slots.append(slot)
                     self.kept_bytes += nbytes

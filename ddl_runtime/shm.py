@@ -11,7 +11,16 @@ windows (`MPI.Win.Allocate_shared` on the host communicator):
   Two digest cells alternate by epoch parity: a rank cannot write epoch e+2 before every rank
   has left barrier e+1, i.e. before every rank has read the digests of barrier e.
 * a data arena per rank, grown collectively (only after an agreement, where every rank holds the
-  same plan and so asks for the same size).
+  same plan and so asks for the same size);
+* a small arena per rank (2 x SMALL_BYTES, fixed) for reductions of at most SMALL_BYTES in one
+  dtype, the steady state of a small model's step (`ShmGroup.allreduce_small`): each rank packs
+  its tensors into its half of the small arena for this barrier's parity (one np.concatenate),
+  then the barrier that carries the signature's digest is the only one: after it every rank
+  adds all ranks' packed buffers in rank order (so every rank gets the same bits) and unpacks.
+  Halves alternate by barrier epoch: a rank packs for barrier e only after passing e-1, which
+  every peer reached only after reading what was packed for e-2.  A mismatched call reduces
+  nothing (the digests differ on every rank), and the fixed size means no collective growth
+  before the agreement.
 
 Allreduce of a tensor list (`ShmGroup.allreduce`): the list is laid out per reduce dtype in one
 virtual flat buffer split into `local_size` contiguous slices; rank i owns slice i.  Each slice
@@ -44,12 +53,14 @@ from mpi4py import MPI
 
 from .algorithms import split_counts
 from .buffers import TensorRef, store_result, widen
+from .output_pool import aligned_bytes
 from .timeline import TID_HOST, TID_MPI
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
 ALIGN = 64
 MIN_ARENA = 1 << 20
 CHUNK_BYTES = 1 << 20  # per rank and round: what a round touches stays in the caches
+SMALL_BYTES = 256 << 10  # up to this much (one dtype, not widened) takes the one-barrier path
 SPIN_BEFORE_YIELD_S = 20e-6
 NAP_AFTER_S = 2e-3  # then short sleeps: a loaded or oversubscribed host needs the core back
 SLEEP_AFTER_S = 1.0
@@ -153,6 +164,11 @@ class ShmGroup:
         self.capacity = 0
         self.generation = 0
         self.plans: Dict[tuple, Tuple[ShmPlan, int, list]] = {}
+        self.small_win = MPI.Win.Allocate_shared(2 * SMALL_BYTES, 1, comm=comm)
+        self.small_win.Lock_all(MPI.MODE_NOCHECK)
+        self.small_arenas = [self._query(self.small_win, r, np.uint8) for r in range(self.size)]
+        self.small_sum = aligned_bytes(SMALL_BYTES)
+        self.small_views: Dict[tuple, tuple] = {}
         self.ctl_win.Sync()
         comm.Barrier()
 
@@ -225,8 +241,11 @@ class ShmGroup:
             self.capacity = 0
 
     def free(self) -> None:
-        """Release both windows (collective over the host's ranks)."""
+        """Release the windows (collective over the host's ranks)."""
         self._free_data()
+        self.small_arenas, self.small_views = [], {}
+        self.small_win.Unlock_all()
+        self.small_win.Free()
         self.slots = []
         self.mine = None
         self.ctl_win.Unlock_all()
@@ -246,6 +265,66 @@ class ShmGroup:
         return cached
 
     # -- allreduce ------------------------------------------------------------------------
+    @staticmethod
+    def small_eligible(refs: Sequence[TensorRef]) -> bool:
+        """Whether allreduce_small takes these tensors: one dtype, not widened, SMALL_BYTES at most."""
+        if not refs or refs[0].widened:
+            return False
+        dtype, nbytes = refs[0].flat.dtype, 0
+        for r in refs:
+            if r.flat.dtype != dtype or r.widened:
+                return False
+            nbytes += r.flat.nbytes
+        return nbytes <= SMALL_BYTES
+
+    def allreduce_small(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], digest: int,
+                        timeline=None) -> bool:
+        """Agree on `digest` and reduce `refs` (small_eligible) with that one barrier: in place, or
+        into each ref's `out`.  Returns False, reducing nothing, when the ranks' digests differ.
+
+        With an enabled timeline: PACK, ALLREDUCE (algorithm "shm-small", the barrier included)
+        and UNPACK spans."""
+        t0 = time.perf_counter()
+        flats = [r.flat for r in refs]
+        dtype = flats[0].dtype
+        half = (self.epoch + 1) & 1  # the parity of the barrier below
+        key = (half, dtype, tuple(f.size for f in flats))
+        views = self.small_views.get(key)
+        if views is None:
+            views = self.small_views[key] = self._small_views(half, dtype, key[2])
+        packed, total, parts = views
+        np.concatenate(flats, out=packed[self.rank])
+        t1 = time.perf_counter()
+        if not self.barrier(digest):
+            return False
+        ufunc = UFUNCS[op]
+        ufunc(packed[0], packed[1], out=total)
+        for other in packed[2:]:
+            ufunc(total, other, out=total)
+        if scale is not None:
+            np.divide(total, scale, out=total)
+        t2 = time.perf_counter()
+        for r, part in zip(refs, parts):
+            np.copyto(r.dst, part)
+        if timeline is not None and timeline.enabled:
+            nbytes = total.nbytes
+            timeline.span("PACK", TID_HOST, t0, t1, {"bytes": nbytes, "tensors": len(refs), "algorithm": "shm-small"})
+            timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm-small", "bytes": nbytes, "op": op,
+                                                         "dtype": dtype.name})
+            timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm-small"})
+        return True
+
+    def _small_views(self, half: int, dtype: np.dtype, sizes: Tuple[int, ...]) -> tuple:
+        """(every rank's packed buffer in small-arena half `half`, my sum, my sum cut per tensor)."""
+        if len(self.small_views) > 256:
+            self.small_views.clear()
+        count = sum(sizes)
+        start, stop = half * SMALL_BYTES, half * SMALL_BYTES + count * dtype.itemsize
+        packed = tuple(a[start:stop].view(dtype) for a in self.small_arenas)
+        total = self.small_sum[:count * dtype.itemsize].view(dtype)
+        bounds = np.cumsum((0,) + sizes).tolist()
+        return packed, total, tuple(total[a:b] for a, b in zip(bounds, bounds[1:]))
+
     def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
         """Reduce `refs` across the host's ranks (call right after an agreement): in place, or into
         each ref's `out` when set (the source is then only read, and no extra copy is made).

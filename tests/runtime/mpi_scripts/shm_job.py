@@ -7,8 +7,10 @@ with every rank's verdict, whether it used shared memory, and the files behind i
 `shm_job.py crash`: after one shared-memory allreduce, rank 1 dies while rank 0 waits for it
 in the next one; rank 0 prints the files behind its mappings first (the test checks they are gone).
 """
+import hashlib
 import json
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -28,7 +30,7 @@ def backing_files():
     shm = rt.shm
     if shm is None:
         return []
-    arrays = list(shm.arenas) + list(shm.slots)
+    arrays = list(shm.arenas) + list(shm.slots) + list(shm.small_arenas)
     maps = [line.split() for line in open("/proc/self/maps")]
     files = []
     for arr in arrays:
@@ -109,10 +111,55 @@ if mode == "values":
     except ddl.DDLMismatchError as exc:
         if "ranks call different collectives" not in str(exc):
             failures.append(f"mismatch message: {exc}")
+    # Small reductions (one dtype, <= 256 KB): packed, agreed and reduced with one barrier.
+    # Same values as the MPI path, every op, in place and out of place, empty tensors included;
+    # and the same bits on every rank (each rank sums all ranks' buffers in rank order).
+    small_shapes = [(3,), (0,), (40, 37), (1,), (2, 3, 4)]
+    for dtype in (np.float32, np.float64, np.int32, np.int64):
+        for op in ("sum", "avg") if np.dtype(dtype).kind == "f" else ("sum",):
+            ts = [((np.arange(int(np.prod(s))) * 0.37 + R * 1.1) % 9).astype(dtype).reshape(s) for s in small_shapes]
+            ref = [t.copy() for t in ts]
+            names = [f"small.{np.dtype(dtype).name}.{i}" for i in range(len(ts))]
+            ddl.allreduce_n(ts, op=op, names=names)
+            ddl.allreduce_n(ref, op=op, mpi=True, names=names)
+            for name, a, b in zip(names, ts, ref):
+                if not np.allclose(a, b, rtol=1e-6 if np.dtype(dtype) == np.float32 else 1e-12):
+                    failures.append(f"small {op} {name}: {a.ravel()[:3]} vs mpi=True {b.ravel()[:3]}")
+            bits = [hashlib.sha256(t.tobytes()).hexdigest() for t in ts]
+            if MPI.COMM_WORLD.allgather(bits) != [bits] * N:
+                failures.append(f"small {op} {np.dtype(dtype).name}: ranks hold different bits")
+    for op, want in (("min", [0, -(N - 1)]), ("max", [N - 1, 0])):
+        check(f"small allreduce {op}", ddl.allreduce(np.array([R, -R], np.float32), op=op), want)
+    srcs = [np.full(s, R + 1.0, np.float32) for s in small_shapes]
+    for a in srcs:
+        a.setflags(write=False)
+    outs = [np.zeros(s, np.float32) for s in small_shapes]
+    ddl.allreduce_n_into(srcs, outs, op="avg", names=[f"into.small.{i}" for i in range(len(srcs))])
+    for i, (a, o) in enumerate(zip(srcs, outs)):
+        check(f"small into {i} source untouched", a, np.full(a.shape, R + 1.0))
+        check(f"small into {i}", o, np.full(o.shape, total / N))
+    # The two halves of the small arena alternate by barrier: ranks running at different speeds,
+    # small calls mixed with large ones and with a mismatch, every result still exact.
+    rng = np.random.RandomState(R)
+    for i in range(300):
+        if rng.rand() < 0.3:
+            time.sleep(rng.rand() * 2e-4)
+        if i % 50 == 25:
+            check(f"mixed large {i}", ddl.allreduce_n([np.full(100_000, i + R, np.float64)], names=["L"])[0][:2],
+                  [N * i + sum(range(N))] * 2)
+        if i == 150:
+            try:
+                ddl.allreduce_n([np.zeros(3 + R, np.float32)], names=["m"])
+                failures.append("small: no mismatch error")
+            except ddl.DDLMismatchError:
+                pass
+        got = ddl.allreduce_n([np.full(7, i * (R + 1), np.int64), np.full(5, -i, np.int64)], names=["a", "b"])
+        check(f"alternating {i}", np.concatenate(got), [i * total] * 7 + [-i * N] * 5)
+    small_used = bool(rt.shm and rt.shm.small_views)
     capacity = rt.shm.capacity if rt.shm else 0
     big = np.full(6_000_000, R + 1.0, np.float32)  # 24 MB: the arena grows, collectively
     check("after growth", ddl.allreduce_n([big], names=["big"])[0][::1_000_000], np.full(6, float(total)))
-    mine = {"rank": R, "shm": rt.shm is not None, "grew": bool(rt.shm and rt.shm.capacity > capacity),
+    mine = {"rank": R, "shm": rt.shm is not None, "small": small_used, "grew": bool(rt.shm and rt.shm.capacity > capacity),
             "files": backing_files(), "algorithm": ddl.algorithm(), "failures": failures}
     summary = MPI.COMM_WORLD.gather(mine, root=0)
     if R == 0:
