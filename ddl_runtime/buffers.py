@@ -24,7 +24,7 @@ WIDENED = {"float16": np.dtype(np.float32), "bfloat16": np.dtype(np.float32)}
 RAW_VIEW = {"bfloat16": np.dtype(np.uint16)}
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorRef:
     """One user tensor: its name, logical dtype and a flat numpy view of its memory."""
 
@@ -100,12 +100,13 @@ def _dtype_name(dtype: np.dtype) -> str:
 def _from_numpy(arr: np.ndarray, name: str, writable: bool) -> TensorRef:
     dtype_name = _dtype_name(arr.dtype)
     _check_dtype(dtype_name, name)
-    if not arr.flags.c_contiguous:
+    flags = arr.flags
+    if not flags.c_contiguous:
         raise DDLInputError(f"tensor '{name}' is not contiguous (strides {arr.strides}); pass np.ascontiguousarray(x)")
-    if writable and not arr.flags.writeable:
+    if writable and not flags.writeable:
         raise DDLInputError(f"tensor '{name}' is read-only; results are written in place, pass a writable copy")
     view = arr.view(RAW_VIEW[dtype_name]) if dtype_name in RAW_VIEW else arr
-    return TensorRef(arr, name, dtype_name, arr.shape, view.reshape(-1), "numpy")
+    return TensorRef(arr, name, dtype_name, arr.shape, view.ravel(), "numpy")  # contiguous: ravel is a view
 
 
 def _from_torch(t: Any, name: str, writable: bool) -> TensorRef:
