@@ -18,7 +18,7 @@ _OPS = (
     "topology_info", "algorithm",
     "barrier", "bcast", "bcast_n", "bcast_object", "allreduce", "allreduce_n", "allreduce_n_into",
     "allreduce_n_async",
-    "allgather", "shard", "scale_lr",
+    "allgather", "shard", "scale_lr", "shared_zeros",
 )
 
 __all__ = ["DDLError", "DDLInputError", "DDLMismatchError", *_OPS]

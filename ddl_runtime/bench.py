@@ -127,6 +127,12 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
     flat_grads = np.ones(fused.size, np.float32)
     methods["ddl allreduce_n, gradients as views of one flat buffer"] = \
         lambda: ddl.allreduce_n([flat_grads], op="sum", names=["flat_grads"])
+    if rt.shm is not None:  # the same gradients allocated in the shared heap: reduced where they lie
+        heap_grads = [ddl.shared_zeros(a.shape, a.dtype) for a in arrays]
+        for h in heap_grads:
+            h[...] = 1.0
+        methods["ddl allreduce_n, gradients in shared memory (shared_zeros)"] = \
+            lambda: ddl.allreduce_n(heap_grads, op="sum", names=names)
     for mb in fusion_mb:
         methods[f"ddl allreduce_n, {mb:g} MB buckets"] = ddl_n(int(mb * (1 << 20)))
     methods["mpi4py Allreduce per tensor"] = lambda: [comm.Allreduce(MPI.IN_PLACE, a) for a in arrays]

@@ -54,6 +54,7 @@ from mpi4py import MPI
 from .algorithms import split_counts
 from .buffers import TensorRef, store_result, widen
 from .output_pool import aligned_bytes
+from .shm_heap import SharedHeap
 from .timeline import TID_HOST, TID_MPI
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
@@ -169,6 +170,7 @@ class ShmGroup:
         self.small_arenas = [self._query(self.small_win, r, np.uint8) for r in range(self.size)]
         self.small_sum = aligned_bytes(SMALL_BYTES)
         self.small_views: Dict[tuple, tuple] = {}
+        self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
         self.ctl_win.Sync()
         comm.Barrier()
 
@@ -243,6 +245,7 @@ class ShmGroup:
     def free(self) -> None:
         """Release the windows (collective over the host's ranks)."""
         self._free_data()
+        self.heap.free()
         self.small_arenas, self.small_views = [], {}
         self.small_win.Unlock_all()
         self.small_win.Free()

@@ -28,7 +28,8 @@ def test_one_host_job_reduces_through_shared_memory(run_mpi, n):
     """Every dtype and op agrees with the MPI path; the windows' files are unlinked while mapped."""
     summary = _summary(run_mpi(n, "shm_job.py", "values", timeout=120), n)
     for s in summary:
-        assert s["shm"] and s["grew"] and s["small"] and s["algorithm"] == "flat"
+        assert s["shm"] and s["grew"] and s["small"] and s["heap"] and s["algorithm"] == "flat"
+        assert s["heap_segments"] >= 2
         assert s["files"], "no mapping found for the shared windows"
         for f in s["files"]:  # anonymous, or a file already removed: nothing can leak into /dev/shm
             assert f == "" or f.endswith("(deleted)"), f

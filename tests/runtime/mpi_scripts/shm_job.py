@@ -156,10 +156,79 @@ if mode == "values":
         got = ddl.allreduce_n([np.full(7, i * (R + 1), np.int64), np.full(5, -i, np.int64)], names=["a", "b"])
         check(f"alternating {i}", np.concatenate(got), [i * total] * 7 + [-i * N] * 5)
     small_used = bool(rt.shm and rt.shm.small_views)
+    # Tensors in the shared heap (shared_zeros) are reduced where they lie: same values as the
+    # MPI path, same bits on every rank, views of them too; mixed with ordinary arrays the usual
+    # path runs; ranks disagreeing on where their tensors live get a mismatch, not wrong sums.
+    heap_shapes = [(3,), (1000, 37), (0,), (200_001,), (2, 3, 4)]
+    for dtype in (np.float32, np.float64, np.int32, np.int64):
+        for op in ("sum", "avg") if np.dtype(dtype).kind == "f" else ("sum",):
+            hs = [ddl.shared_zeros(s, dtype) for s in heap_shapes]
+            if any(h.any() or h.shape != s or h.dtype != dtype for h, s in zip(hs, heap_shapes)):
+                failures.append(f"shared_zeros {np.dtype(dtype).name}: not zeroed arrays of that shape")
+            for i, h in enumerate(hs):
+                h[...] = ((np.arange(h.size) * 0.37 + R * 1.1 + i) % 9).astype(dtype).reshape(h.shape)
+            ref = [h.copy() for h in hs]
+            names = [f"heap.{np.dtype(dtype).name}.{i}" for i in range(len(hs))]
+            got = ddl.allreduce_n(hs, op=op, names=names)
+            ddl.allreduce_n(ref, op=op, mpi=True, names=names)
+            for name, a, b in zip(names, got, ref):
+                if not np.allclose(a, b, rtol=1e-6 if np.dtype(dtype) == np.float32 else 1e-12):
+                    failures.append(f"heap {op} {name}: {a.ravel()[:3]} vs mpi=True {b.ravel()[:3]}")
+            bits = [hashlib.sha256(h.tobytes()).hexdigest() for h in hs]
+            if MPI.COMM_WORLD.allgather(bits) != [bits] * N:
+                failures.append(f"heap {op} {np.dtype(dtype).name}: ranks hold different bits")
+    heap_used = bool(rt.shm and rt.shm.heap.views)
+    g = ddl.shared_zeros((4, 5), np.float32)
+    views = [g[1:3], g[3]]  # views of heap arrays are found in the heap as well
+    views[0][...] = R + 1.0
+    views[1][...] = R + 2.0
+    ddl.allreduce_n(views, op="sum", names=["rows", "row3"])
+    check("heap views", [g[0, 0], g[1, 4], g[2, 0], g[3, 4]], [0.0, total, total, total + N])
+    plain = np.full(3, R + 1.0, np.float32)
+    mixed = ddl.allreduce_n([ddl.shared_zeros(3, np.float32) + 0, plain, g], names=["copy", "plain", "g"])
+    check("heap mixed with plain arrays", mixed[1], np.full(3, float(total)))
+    h = ddl.shared_zeros(5, np.float64)
+    h[...] = R + 1.0
+    check("heap allreduce_n_async", ddl.allreduce_n_async([h], op="avg", names=["h"]).wait()[0],
+          np.full(5, total / N))
+    try:  # rank 0's tensor lives in the heap, the others' do not (only a one-host job has a heap)
+        ddl.allreduce_n([h if R == 0 else np.ones(5)], names=["where"])
+        if rt.shm is not None:
+            failures.append("heap vs plain: no mismatch error")
+    except ddl.DDLMismatchError as exc:
+        if "ranks call different collectives" not in str(exc):
+            failures.append(f"heap vs plain mismatch message: {exc}")
+    try:
+        ddl.shared_zeros((3 + R,), np.float32)
+        failures.append("shared_zeros with different shapes: no mismatch error")
+    except ddl.DDLMismatchError:
+        pass
+    for bad in ((-1,), ("x", 2)):
+        try:
+            ddl.shared_zeros(bad)
+            failures.append(f"shared_zeros{bad}: accepted")
+        except ddl.DDLInputError:
+            pass
+    # more than one segment (64 MB each), and a rank that changes its tensors the moment the
+    # call returns (as zero_grad does) while a slower peer may still be finishing
+    big = [ddl.shared_zeros(6_000_000, np.float32) for _ in range(3)]
+    rng = np.random.RandomState(10 + R)
+    for i in range(20):
+        for b in big:
+            b[...] = i + R
+        if rng.rand() < 0.5:
+            time.sleep(rng.rand() * 2e-3)
+        ddl.allreduce_n(big, names=["b0", "b1", "b2"])
+        check(f"heap segments, call {i}", [b[j] for b in big for j in (0, 2_999_999, 3_000_000, 5_999_999)],
+              [N * i + sum(range(N))] * 12)
+        for b in big:
+            b[...] = -1.0
+    heap_segments = len(rt.shm.heap.segments) if rt.shm else 0
     capacity = rt.shm.capacity if rt.shm else 0
     big = np.full(6_000_000, R + 1.0, np.float32)  # 24 MB: the arena grows, collectively
     check("after growth", ddl.allreduce_n([big], names=["big"])[0][::1_000_000], np.full(6, float(total)))
-    mine = {"rank": R, "shm": rt.shm is not None, "small": small_used, "grew": bool(rt.shm and rt.shm.capacity > capacity),
+    mine = {"rank": R, "shm": rt.shm is not None, "small": small_used, "heap": heap_used,
+            "heap_segments": heap_segments, "grew": bool(rt.shm and rt.shm.capacity > capacity),
             "files": backing_files(), "algorithm": ddl.algorithm(), "failures": failures}
     summary = MPI.COMM_WORLD.gather(mine, root=0)
     if R == 0:
