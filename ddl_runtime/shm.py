@@ -53,6 +53,7 @@ from mpi4py import MPI
 
 from .algorithms import split_counts
 from .buffers import TensorRef, store_result, widen
+from .log import log
 from .output_pool import aligned_bytes
 from .shm_heap import SharedHeap
 from .timeline import TID_HOST, TID_MPI
@@ -245,7 +246,9 @@ class ShmGroup:
     def free(self) -> None:
         """Release the windows (collective over the host's ranks)."""
         self._free_data()
-        self.heap.free()
+        if self.heap.free():
+            log("shared_zeros arrays are still in use after finalize; their shared memory stays "
+                "mapped until the process exits")
         self.small_arenas, self.small_views = [], {}
         self.small_win.Unlock_all()
         self.small_win.Free()

@@ -19,14 +19,17 @@ Per rank that is a read of its slice and of the peers' same slices, and writes o
 read: less than half the memory traffic of the arena path (copy in, reduce, copy out), and two
 barriers.
 The heap only grows (a bump allocator over windows of at least SEGMENT_BYTES, allocated
-collectively); it is freed at finalize.  Outside a one-host shared-memory job `shared_zeros`
+collectively); finalize frees a window only when no array handed out from it is still alive
+(each hand-out is rooted in an array the heap holds a weak reference to, as in output_pool),
+so a gradient kept past finalize stays readable; such windows stay mapped until the process ends.  Outside a one-host shared-memory job `shared_zeros`
 returns an ordinary np.zeros array and the usual path runs.
 """
 from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -49,6 +52,7 @@ class Segment:
     base: int  # address of my part
     size: int
     used: int = 0
+    handed: List[weakref.ref] = field(default_factory=list)  # roots of the arrays handed out
 
 
 class SharedHeap:
@@ -60,6 +64,7 @@ class SharedHeap:
         self.bases: List[int] = []  # my parts' addresses, sorted (a new window may map lower)
         self.order: List[int] = []  # segment index of each entry of `bases`
         self.views: Dict[tuple, tuple] = {}
+        self.kept: List[Segment] = []  # windows left mapped at finalize (their arrays outlived it)
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """Zeroed bytes at the same (segment, offset) on every rank (collective, same sizes in order)."""
@@ -79,7 +84,9 @@ class SharedHeap:
             self.order.insert(at, len(self.segments) - 1)
         start = seg.used
         seg.used += nbytes
-        return seg.parts[self.group.rank][start:start + nbytes]
+        root = np.frombuffer(memoryview(seg.parts[self.group.rank][start:start + nbytes]), dtype=np.uint8)
+        seg.handed.append(weakref.ref(root))  # every view made from it keeps `root` alive
+        return root
 
     def locate(self, flat: np.ndarray) -> Optional[Tuple[int, int]]:
         """(segment, offset) of a contiguous array lying wholly inside my part of the heap, else None."""
@@ -157,9 +164,15 @@ class SharedHeap:
                                bounds[me], bounds[me + 1], step))
         return reduce
 
-    def free(self) -> None:
+    def free(self) -> int:
+        """Free the windows no handed-out array still uses; returns how many stay mapped."""
+        self.views = {}
         for seg in self.segments:
+            if any(ref() is not None for ref in seg.handed):
+                self.kept.append(seg)  # in use: unmapping it would make those arrays crash the process
+                continue
             seg.parts = []
             seg.win.Unlock_all()
             seg.win.Free()
-        self.segments, self.bases, self.order, self.views = [], [], [], {}
+        self.segments, self.bases, self.order = [], [], []
+        return len(self.kept)

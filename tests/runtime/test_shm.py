@@ -53,6 +53,16 @@ def test_emulated_nodes_and_opt_out_take_the_mpi_path(run_mpi, n, env):
         assert all(s["algorithm"] == "hierarchical" for s in summary)
 
 
+def test_shared_zeros_arrays_stay_readable_after_finalize(run_mpi):
+    """finalize frees the heap's windows except one whose arrays are still alive (no crash)."""
+    result = run_mpi(2, "shm_job.py", "heap_after_finalize", timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = sorted(line.split() for line in result.stdout.splitlines() if line.startswith("AFTER "))
+    # the kept array holds the sum; one window stays mapped, the unused one was freed
+    assert lines == [["AFTER", "0", "3000.0", "1", "0"], ["AFTER", "1", "3000.0", "1", "0"]], result.stdout
+    assert result.stderr.count("still in use after finalize") == 2
+
+
 def test_a_rank_dying_during_a_shared_memory_wait_ends_the_job_and_leaves_no_segment(run_mpi):
     result = run_mpi(2, "shm_job.py", "crash", timeout=60)
     assert result.returncode != 0

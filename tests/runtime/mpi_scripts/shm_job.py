@@ -233,6 +233,16 @@ if mode == "values":
     summary = MPI.COMM_WORLD.gather(mine, root=0)
     if R == 0:
         sys.stdout.write("SUMMARY " + json.dumps(summary) + "\n")
+elif mode == "heap_after_finalize":
+    # gradients kept past finalize (e.g. to save them) stay readable: their window is not unmapped
+    kept = ddl.shared_zeros(1000, np.float32)
+    kept[...] = R + 1.0
+    ddl.allreduce_n([kept], names=["kept"])
+    gone = ddl.shared_zeros(70_000_000 // 4, np.float32)  # a second window, nothing keeps it
+    del gone
+    heap = rt.shm.heap
+    ddl.finalize()
+    sys.stdout.write(f"AFTER {R} {float(kept.sum())} {len(heap.kept)} {len(heap.segments)}\n")
 elif mode == "crash":
     ddl.allreduce_n([np.ones(300_000, np.float32)], names=["g"])
     if R == 0:
