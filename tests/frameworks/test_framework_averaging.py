@@ -13,7 +13,9 @@ def test_torch_two_ranks_match_one_process_with_double_batch(tmp_path):
     ref, start = d["ref"], d["start"]
     moved = np.abs(ref - start).max()
     assert moved > 1e-2, "the reference did not train: the comparison would prove nothing"
-    for variant in ("a", "b"):  # a: default buckets; b: 5 small buckets + 2 backward passes per step
+    # d: gradients in shared memory (gradient_as_bucket_view), reduced where they lie every step
+    assert d["d_in_heap"].all() and bool(d["d_same_grads"]) and int(d["d_buckets"]) > 1
+    for variant in ("a", "b", "d"):  # a: default buckets; b: 5 small buckets + 2 backward passes per step
         own = d[variant]
         assert np.array_equal(own[0], own[1]), f"variant {variant}: ranks hold different parameters"
         diff = np.abs(own[0] - ref).max()

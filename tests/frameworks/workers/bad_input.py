@@ -40,15 +40,25 @@ def case_missing_param(rank):
     ddl.broadcast_parameters(model.state_dict(), root_rank=0)
 
 
-def case_none_grad(rank):
+def case_none_grad(rank, **options):
     model = Net(extra=True)
     opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+                                   named_parameters=model.named_parameters(), **options)
     x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
     for step in range(2):  # one good step first, then rank 1 skips the extra branch
         opt.zero_grad()
         F.cross_entropy(model(x, use_extra=(step == 0 or rank == 0)), y).backward()
         opt.step()
+
+
+def case_none_grad_shared(rank):
+    """The same with the gradients in shared memory: the None still shows, nothing hangs."""
+    case_none_grad(rank, gradient_as_bucket_view=True)
+
+
+def case_bucket_view_not_bool(rank):
+    model = Net()
+    ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), gradient_as_bucket_view="yes")
 
 
 def case_param_groups(rank):

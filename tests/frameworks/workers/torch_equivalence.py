@@ -63,6 +63,18 @@ def main():
         for pc, pa in zip(model_c.parameters(), model_a.parameters()):
             pc.copy_(pa)
 
+    # Variant D: gradients kept in shared memory (gradient_as_bucket_view, zero_grad without
+    # set_to_none), several buckets; must match the reference like A.
+    model_d = make(rank + 300)
+    opt_d = ddl.DistributedOptimizer(sgd(model_d), named_parameters=model_d.named_parameters(),
+                                     bucket_mb=0.05, gradient_as_bucket_view=True)
+    with torch.no_grad():
+        for pd, pa in zip(model_d.parameters(), model_a.parameters()):
+            pd.copy_(pa)
+    from ddl_runtime import runtime as _rt
+    heap = _rt.current().shm.heap if _rt.current().shm is not None else None
+    in_heap, grad_ptrs = [], set()
+
     # Reference: one process, global batch B (rank 0 only, no communication).
     ref = make(0)
     ref_opt = sgd(ref)
@@ -89,6 +101,14 @@ def main():
         F.cross_entropy(model_c(xb), yb).backward()
         opt_c.step()
 
+        opt_d.zero_grad(set_to_none=False)
+        F.cross_entropy(model_d(xb), yb).backward()
+        opt_d.step()
+        in_heap.append(heap is not None and all(heap.locate(p.grad.numpy().reshape(-1)) is not None
+                                                for p in model_d.parameters()))
+        if step > 0:
+            grad_ptrs.add(tuple(p.grad.data_ptr() for p in model_d.parameters()))
+
         if rank == 0:
             ref_opt.zero_grad()
             F.cross_entropy(ref(x[lo:lo + B]), y[lo:lo + B]).backward()
@@ -97,8 +117,10 @@ def main():
     own_a = np.asarray(ddl_runtime.allgather(params_vector(model_a)[None, :]))
     own_b = np.asarray(ddl_runtime.allgather(params_vector(model_b)[None, :]))
     own_c = np.asarray(ddl_runtime.allgather(params_vector(model_c)[None, :]))
+    own_d = np.asarray(ddl_runtime.allgather(params_vector(model_d)[None, :]))
     if rank == 0:
-        np.savez(args.out, a=own_a, b=own_b, c=own_c, ref=params_vector(ref), buckets_b=nb, size=size,
+        np.savez(args.out, a=own_a, b=own_b, c=own_c, d=own_d, d_in_heap=np.array(in_heap),
+                 d_same_grads=len(grad_ptrs) == 1, d_buckets=len(opt_d._ddl_buckets), ref=params_vector(ref), buckets_b=nb, size=size,
                  start=params_vector(make(0)))
     print(f"rank {rank}: done, {nb} buckets in variant B", flush=True)
 
