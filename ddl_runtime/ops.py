@@ -19,6 +19,7 @@ from . import runtime as _rt
 from .algorithms import MPI_OPS, MPI_TYPES, split_counts
 from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, new_like
 from .fusion import plan_buckets
+from .refcache import RefCache
 from .errors import DDLError, DDLInputError
 from .engine import Handle
 from .signature import agreed, agreement_buffer, digest, raise_mismatch
@@ -339,13 +340,28 @@ def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[S
     return _reduce(rt, refs, op, rt.algorithms.hierarchical, results=list(tensors))
 
 
+_validated = RefCache()  # small lists passed again unchanged skip re-validation (refcache.py)
+
+
 def _prepare_n(tensors, op, names, what):
     tensors = _as_list(tensors, what)
+    if names is not None:
+        names = list(names)
+    try:
+        key = (what, op, tuple(map(id, tensors)), None if names is None else tuple(names))
+        hit = _validated.get(key, tensors)
+    except TypeError:  # unhashable names: validated (and refused) below
+        key, hit = None, None
+    if hit is not None:
+        return hit[0], op, hit[1]
     _check_op(op, REDUCE_N_OPS, what)
     names = _names(tensors, names, what)
     refs = [as_tensor(t, n) for t, n in zip(tensors, names)]
     _check_avg(op, refs, what)
-    return refs, op, _describe(what, refs)
+    described = _describe(what, refs)
+    if key is not None:
+        _validated.put(key, tensors, refs, described)
+    return refs, op, described
 
 
 def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results: Optional[list] = None,

@@ -63,8 +63,9 @@ def main():
         for pc, pa in zip(model_c.parameters(), model_a.parameters()):
             pc.copy_(pa)
 
-    # Variant D: gradients kept in shared memory (gradient_as_bucket_view, zero_grad without
-    # set_to_none), several buckets; must match the reference like A.
+    # Variant D: gradients in shared memory (gradient_as_bucket_view), several buckets; steps
+    # alternate zero_grad() (fresh gradients copied in) and zero_grad(set_to_none=False) (kept in
+    # place); must match the reference like A.
     model_d = make(rank + 300)
     opt_d = ddl.DistributedOptimizer(sgd(model_d), named_parameters=model_d.named_parameters(),
                                      bucket_mb=0.05, gradient_as_bucket_view=True)
@@ -101,13 +102,12 @@ def main():
         F.cross_entropy(model_c(xb), yb).backward()
         opt_c.step()
 
-        opt_d.zero_grad(set_to_none=False)
+        opt_d.zero_grad(set_to_none=step % 2 == 1)
         F.cross_entropy(model_d(xb), yb).backward()
         opt_d.step()
         in_heap.append(heap is not None and all(heap.locate(p.grad.numpy().reshape(-1)) is not None
                                                 for p in model_d.parameters()))
-        if step > 0:
-            grad_ptrs.add(tuple(p.grad.data_ptr() for p in model_d.parameters()))
+        grad_ptrs.add(tuple(p.grad.data_ptr() for p in model_d.parameters()))
 
         if rank == 0:
             ref_opt.zero_grad()
