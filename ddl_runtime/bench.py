@@ -6,7 +6,9 @@ Two parts, printed by rank 0 as Markdown:
 2. ResNet-50's 161 gradient tensors (25.6 M float32) reduced by ddl_runtime.allreduce_n, by one
    mpi4py Allreduce per tensor, by one Allreduce of a pre-fused buffer (packing not counted),
    and by torch.distributed gloo all_reduce, per tensor and in 25 MB buckets (when torch is
-   installed); in a one-host job also by allreduce_n(mpi=True), the MPI path without shared memory;
+   installed); in a one-host job also by allreduce_n(mpi=True), the MPI path without shared memory,
+   and by allreduce_n of the same gradients allocated with ddl_runtime.shared_zeros (reduced
+   where they lie);
 3. the digits CNN's step (examples/train_digits.py: 8 gradients + 1 presence-flag tensor, 153 KB):
    allreduce_n against one mpi4py Allreduce of the same bytes.
 Methods are interleaved round by round and medians reported, so ratios come from one run on

@@ -51,10 +51,8 @@ class RefCache:
         return refs, extra
 
     def put(self, key: tuple, tensors: Sequence[Any], refs: List[TensorRef], extra: Any) -> None:
-        if sum(r.nbytes for r in refs) > MAX_BYTES:
-            return
-        prints = [_fingerprint(t) for t in tensors]
-        if any(fp is None for fp in prints):
+        prints = [_fingerprint(t) for t in tensors]  # None for anything but CPU numpy / torch
+        if any(fp is None for fp in prints) or sum(r.nbytes for r in refs) > MAX_BYTES:
             return
         if len(self._entries) >= MAX_ENTRIES:
             del self._entries[next(iter(self._entries))]
