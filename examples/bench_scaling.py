@@ -53,7 +53,8 @@ def worker(args: argparse.Namespace) -> int:
     model = train_digits.DigitsNet()
     opt = torch.optim.SGD(model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9)
     if not args.no_comm:
-        opt = ddl.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        opt = ddl.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       gradient_as_bucket_view=args.gradient_as_bucket_view)
         ddl.broadcast_parameters(model.state_dict(), root_rank=0)
 
     for i in range(args.warmup):
@@ -301,7 +302,8 @@ def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False) -> dic
     os.close(fd)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", out,
-           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--no-comm"] if no_comm else [])
+           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--no-comm"] if no_comm else []) \
+        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         if proc.returncode != 0:
@@ -404,6 +406,8 @@ def main(argv=None) -> int:
     p.add_argument("--mode", choices=("phases", "jobs"), default="phases",
                    help="phases (default): one K-rank job alternating 1-rank and K-rank phases; "
                         "jobs: separate mpiexec -n 1 and -n K jobs, alternating")
+    p.add_argument("--gradient-as-bucket-view", action="store_true",
+                   help="--mode jobs: DistributedOptimizer(gradient_as_bucket_view=True) (gradients in shared memory)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--phases-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-comm", action="store_true", help=argparse.SUPPRESS)
