@@ -50,6 +50,21 @@ def check(name, got, want):
         failures.append(f"{name}: got {np.asarray(got).ravel()[:4]}, want {np.asarray(want).ravel()[:4]}")
 
 
+def same_as_mpi_path(label, ts, op):
+    """allreduce_n of `ts` (in place) agrees with the MPI path on copies, with the same bits on every rank."""
+    dtype = ts[0].dtype
+    ref = [t.copy() for t in ts]
+    names = [f"{label}.{dtype.name}.{i}" for i in range(len(ts))]
+    got = ddl.allreduce_n(ts, op=op, names=names)
+    ddl.allreduce_n(ref, op=op, mpi=True, names=names)
+    for name, a, b in zip(names, got, ref):
+        if not np.allclose(a, b, rtol=1e-6 if dtype == np.float32 else 1e-12):
+            failures.append(f"{label} {op} {name}: {a.ravel()[:3]} vs mpi=True {b.ravel()[:3]}")
+    bits = [hashlib.sha256(t.tobytes()).hexdigest() for t in ts]
+    if MPI.COMM_WORLD.allgather(bits) != [bits] * N:
+        failures.append(f"{label} {op} {dtype.name}: ranks hold different bits")
+
+
 if mode == "values":
     total = sum(range(1, N + 1))
     shapes = [(3,), (1000, 37), (0,), (5, 1), (200_001,), (2, 3, 4)]
@@ -118,16 +133,7 @@ if mode == "values":
     for dtype in (np.float32, np.float64, np.int32, np.int64):
         for op in ("sum", "avg") if np.dtype(dtype).kind == "f" else ("sum",):
             ts = [((np.arange(int(np.prod(s))) * 0.37 + R * 1.1) % 9).astype(dtype).reshape(s) for s in small_shapes]
-            ref = [t.copy() for t in ts]
-            names = [f"small.{np.dtype(dtype).name}.{i}" for i in range(len(ts))]
-            ddl.allreduce_n(ts, op=op, names=names)
-            ddl.allreduce_n(ref, op=op, mpi=True, names=names)
-            for name, a, b in zip(names, ts, ref):
-                if not np.allclose(a, b, rtol=1e-6 if np.dtype(dtype) == np.float32 else 1e-12):
-                    failures.append(f"small {op} {name}: {a.ravel()[:3]} vs mpi=True {b.ravel()[:3]}")
-            bits = [hashlib.sha256(t.tobytes()).hexdigest() for t in ts]
-            if MPI.COMM_WORLD.allgather(bits) != [bits] * N:
-                failures.append(f"small {op} {np.dtype(dtype).name}: ranks hold different bits")
+            same_as_mpi_path("small", ts, op)
     for op, want in (("min", [0, -(N - 1)]), ("max", [N - 1, 0])):
         check(f"small allreduce {op}", ddl.allreduce(np.array([R, -R], np.float32), op=op), want)
     srcs = [np.full(s, R + 1.0, np.float32) for s in small_shapes]
@@ -167,16 +173,7 @@ if mode == "values":
                 failures.append(f"shared_zeros {np.dtype(dtype).name}: not zeroed arrays of that shape")
             for i, h in enumerate(hs):
                 h[...] = ((np.arange(h.size) * 0.37 + R * 1.1 + i) % 9).astype(dtype).reshape(h.shape)
-            ref = [h.copy() for h in hs]
-            names = [f"heap.{np.dtype(dtype).name}.{i}" for i in range(len(hs))]
-            got = ddl.allreduce_n(hs, op=op, names=names)
-            ddl.allreduce_n(ref, op=op, mpi=True, names=names)
-            for name, a, b in zip(names, got, ref):
-                if not np.allclose(a, b, rtol=1e-6 if np.dtype(dtype) == np.float32 else 1e-12):
-                    failures.append(f"heap {op} {name}: {a.ravel()[:3]} vs mpi=True {b.ravel()[:3]}")
-            bits = [hashlib.sha256(h.tobytes()).hexdigest() for h in hs]
-            if MPI.COMM_WORLD.allgather(bits) != [bits] * N:
-                failures.append(f"heap {op} {np.dtype(dtype).name}: ranks hold different bits")
+            same_as_mpi_path("heap", hs, op)
     heap_used = bool(rt.shm and rt.shm.heap.views)
     g = ddl.shared_zeros((4, 5), np.float32)
     views = [g[1:3], g[3]]  # views of heap arrays are found in the heap as well
