@@ -32,8 +32,10 @@ input's device.  A collective cannot run inside an XLA cluster (``jit_compile=Tr
 
 Errors: bad input raises :class:`DDLInputError` before anything is sent (eagerly, or while
 ``tf.function`` traces).  A :class:`DDLMismatchError` raised while a traced function *runs*
-reaches the caller the way TensorFlow reports any failing op: as a ``tf.errors.OpError`` whose
-message carries the one-line DDL error; :func:`last_error` returns the DDL exception itself.
+reaches the caller the way TensorFlow reports any failing op, as a ``tf.errors.OpError`` whose
+message carries the one-line DDL error, and that error is also a :class:`DDLMismatchError`
+(``_raise_ddl_errors_as_themselves``), so either ``except`` catches it; :func:`last_error`
+returns the DDL exception as it was raised.
 """
 from __future__ import annotations
 
@@ -81,6 +83,51 @@ def _exempt_from_autograph() -> None:
 
 
 _exempt_from_autograph()
+
+_COMBINED: dict = {}  # (DDL error class, TF error class) -> a class deriving from both
+
+
+def _combined(ddl_cls: type, tf_cls: type) -> type:
+    cls = _COMBINED.get((ddl_cls, tf_cls))
+    if cls is None:
+        def __init__(self, *args, **kwargs):  # the TensorFlow side builds the error's state
+            tf_cls.__init__(self, *args, **kwargs)
+
+        cls = _COMBINED[(ddl_cls, tf_cls)] = type(ddl_cls.__name__, (ddl_cls, tf_cls),
+                                                  {"__init__": __init__, "__module__": ddl_cls.__module__})
+    return cls
+
+
+def _raise_ddl_errors_as_themselves() -> None:
+    """Make the OpError of a collective that failed inside a tf.function also the DDL error.
+
+    A DDLError raised inside tf.numpy_function reaches the caller of a tf.function as the
+    tf.errors.OpError that TensorFlow's runtime builds from the failed op's status (from C++,
+    by calling the error class): the Python class is lost on the way.  OpError.__new__ is
+    wrapped so that an error whose message carries the DDL error this rank last raised
+    (last_error()) is made an instance of a class deriving from both, e.g. DDLMismatchError and
+    tf.errors.UnknownError: ``except ddl.DDLMismatchError`` and ``except tf.errors.OpError``
+    both catch it, and its message is TensorFlow's.  Every other error is made as before
+    (the check costs nothing while no DDL error is pending).
+    """
+    base = tf.errors.OpError
+    if getattr(base, "_ddl_wrapped_new", False):
+        return
+    original = base.__new__
+
+    def __new__(cls, *args, **kwargs):
+        err = _errors[-1] if _errors else None
+        if err is not None and not issubclass(cls, DDLError):
+            message = args[2] if len(args) > 2 else kwargs.get("message")
+            if isinstance(message, str) and f"{type(err).__name__}: {err}" in message:
+                cls = _combined(type(err), cls)
+        return original(cls, *args, **kwargs) if original is not object.__new__ else original(cls)
+
+    base.__new__ = staticmethod(__new__)
+    base._ddl_wrapped_new = True
+
+
+_raise_ddl_errors_as_themselves()
 
 
 # -- basics ---------------------------------------------------------------------------------

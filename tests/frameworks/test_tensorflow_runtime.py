@@ -98,15 +98,19 @@ def test_mismatch_raises_on_every_rank_naming_the_tensor(ranks, case):
         assert eager["type"] == "DDLMismatchError", eager
         assert "layer/kernel" in eager["message"] and "\n" not in eager["message"]
         assert eager["seconds"] < 30
-        graph = rec[f"mismatch_graph_{case}"]  # inside tf.function: TF reports the failing op
+        graph = rec[f"mismatch_graph_{case}"]  # inside tf.function: TF reports the failing op,
+        # as an error that is both the DDLMismatchError and the op's tf.errors.OpError
+        assert graph["type"] == "DDLMismatchError" and graph["is_ddl_mismatch"] and graph["is_tf_op_error"], graph
         assert graph["last_error_type"] == "DDLMismatchError", graph
         assert "layer/kernel" in graph["last_error"] and graph["seconds"] < 30
         assert "DDLMismatchError: " + graph["last_error"] in graph["message"]
     assert "float32[4]" in ranks[0]["mismatch_eager_shape"]["message"]
     assert "float64[3]" in ranks[1]["mismatch_graph_dtype"]["last_error"]
     assert "layer/bias" in ranks[0]["mismatch_eager_name"]["message"]
-    for rec in ranks:  # the runtime is still usable afterwards
+    for rec in ranks:  # the runtime is still usable afterwards; other TF errors are untouched
         assert rec["after_mismatch"][0]["values"] == [2.0, 4.0]
+        other = rec["unrelated_while_pending"]
+        assert other["type"] == "InvalidArgumentError" and not other["is_ddl_mismatch"], other
 
 
 BAD = {

@@ -41,6 +41,8 @@ def err(fn):
         last = dtf.take_error()
         return {"type": type(exc).__name__, "message": str(exc), "seconds": time.monotonic() - t0,
                 "is_ddl_input": isinstance(exc, dtf.DDLInputError),
+                "is_ddl_mismatch": isinstance(exc, dtf.DDLMismatchError),
+                "is_tf_op_error": isinstance(exc, tf.errors.OpError),
                 "last_error_type": type(last).__name__ if last else None,
                 "last_error": str(last) if last else None}
     return None
@@ -220,6 +222,11 @@ def mismatch_cases():
 for case, (fn, t) in mismatch_cases().items():
     rec[f"mismatch_eager_{case}"] = err(lambda: fn(t))
     rec[f"mismatch_graph_{case}"] = err(lambda: tf.function(fn)(t))
+try:  # leave a DDL error pending (not taken): an unrelated TensorFlow error must stay itself
+    tf.function(mismatch_cases()["name"][0])(tf.ones([3]))
+except dtf.DDLMismatchError:
+    pass
+rec["unrelated_while_pending"] = err(tf.function(lambda: tf.debugging.assert_equal(1, 2)))
 rec["after_mismatch"] = values([dtf.allreduce(tf.constant([1.0, 2.0]), op="sum")])
 
 # -- bad input: DDLInputError, one line, before anything is sent ---------------------------
