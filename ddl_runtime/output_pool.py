@@ -45,24 +45,34 @@ class OutputPool:
         self._lock = threading.Lock()
 
     def take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        key = (shape, dtype)
+        with self._lock:
+            return self._take(shape, dtype)
+
+    def take_like(self, arrays) -> list:
+        """take(a.shape, a.dtype) for every array, under one lock (a step's outputs at once)."""
+        with self._lock:
+            return [self._take(a.shape, a.dtype) for a in arrays]
+
+    def _take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
-        with self._lock:
-            slots = self._slots.get(key)
-            if slots is None:
-                if len(self._slots) >= self.max_keys:
-                    self._clear()
-                slots = self._slots[key] = []
-            slot = next((s for s in slots if s[1]() is None), None)
-            if slot is None:
-                slot = [aligned_bytes(nbytes), None]
-                if self.kept_bytes + nbytes <= self.max_bytes:
-                    slots.append(slot)
-                    self.kept_bytes += nbytes
-            flat = np.frombuffer(memoryview(slot[0]), dtype=dtype)
-            slot[1] = weakref.ref(flat)
+        key = (shape, dtype)
+        slots = self._slots.get(key)
+        if slots is None:
+            if len(self._slots) >= self.max_keys:
+                self._clear()
+            slots = self._slots[key] = []
+        for slot in slots:
+            if slot[1]() is None:
+                break
+        else:
+            slot = [aligned_bytes(nbytes), None]
+            if self.kept_bytes + nbytes <= self.max_bytes:
+                slots.append(slot)
+                self.kept_bytes += nbytes
+        flat = np.frombuffer(memoryview(slot[0]), dtype=dtype)
+        slot[1] = weakref.ref(flat)
         return flat.reshape(shape)
 
     def clear(self) -> None:

@@ -369,7 +369,7 @@ def _with_gradient(forward: Callable[[List[tf.Tensor]], List[tf.Tensor]],
                    backward: Callable[[List[tf.Tensor], List[tf.Tensor], List[tf.Tensor]], List[Any]],
                    tensors: List[tf.Tensor]) -> List[tf.Tensor]:
     """forward(tensors), differentiable through `backward(upstream, inputs, outputs)`."""
-    if not any(_is_float(t) for t in tensors) or (tf.executing_eagerly() and not _could_record()):
+    if (tf.executing_eagerly() and not _could_record()) or not any(_is_float(t) for t in tensors):
         return forward(tensors)  # nothing could ask for a gradient: skip custom_gradient's identity ops
 
     @tf.custom_gradient
@@ -414,7 +414,7 @@ def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names:
     what = "allreduce_n"
 
     def core(arrays):  # out of place: read TensorFlow's buffers, write fresh aligned outputs
-        outs = [_OUTPUTS.take(a.shape, a.dtype) for a in arrays]
+        outs = _OUTPUTS.take_like(arrays)
         return _ddl.allreduce_n_into(arrays, outs, op=op, mpi=mpi, check=check, names=names)
 
     def forward(ts):

@@ -62,3 +62,16 @@ def test_kept_memory_is_bounded():
     again = [pool.take((1024,), F32) for _ in range(5)]
     assert pool.kept_bytes == 3 * 4096 and len({_addr(a) for a in again}) == 5
     assert pool.take((0, 4), F32).shape == (0, 4)
+
+
+def test_take_like_hands_out_one_buffer_per_array_with_the_same_rules():
+    pool = OutputPool()
+    like = [np.empty((3, 4), np.float32), np.empty((0,), np.float64), np.empty((3, 4), np.float32)]
+    outs = pool.take_like(like)
+    assert [(o.shape, o.dtype) for o in outs] == [(a.shape, a.dtype) for a in like]
+    assert _addr(outs[0]) != _addr(outs[2]) and _addr(outs[0]) % ALIGN == 0
+    addrs = {_addr(outs[0]), _addr(outs[2])}
+    del outs
+    gc.collect()
+    again = pool.take_like(like)
+    assert {_addr(again[0]), _addr(again[2])} == addrs  # reused once released
