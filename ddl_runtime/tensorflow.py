@@ -422,6 +422,9 @@ def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names:
             # the hot path of an eager training step: TensorFlow's buffers in, pooled memory out
             outs = core([t._numpy() for t in ts])
             return [_wrap_pooled(o) if o.size else _to_tensor(o, t.dtype) for o, t in zip(outs, ts)]
+        if not tf.executing_eagerly() and len(ts) > 1 and len({t.dtype for t in ts}) == 1 \
+                and ts[0].dtype in _DLPACK_TF and all(t.shape.is_fully_defined() for t in ts):
+            return _graph_one_output(ts, op, mpi, check, names)
         return _run(core, ts, [t.shape for t in ts], what, host=_view)
 
     def backward(dys, xs, ys):
@@ -433,6 +436,40 @@ def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names:
         return out
 
     return _with_gradient(forward, backward, tensors)
+
+
+def _graph_one_output(ts: List[tf.Tensor], op: str, mpi: bool, check: float, names: List[str]) -> List[tf.Tensor]:
+    """allreduce_n inside a traced function, for tensors of one dtype with static shapes.
+
+    The stateful numpy_function returns one pooled flat buffer holding every result at a
+    64-byte aligned offset, and the graph cuts it with tf.slice + tf.reshape, which share that
+    memory (aligned dim-0 slices are views in TensorFlow).  numpy_function converts each output
+    separately: one output instead of 161 saves about a millisecond per ResNet-50 step.
+    """
+    dtype = np.dtype(ts[0].dtype.as_numpy_dtype)
+    step = ALIGN // dtype.itemsize
+    sizes = [t.shape.num_elements() for t in ts]
+    offsets, at = [], 0
+    for n in sizes:
+        offsets.append(at)
+        at += -(-n // step) * step
+    total = max(at, 1)
+    shapes = [tuple(t.shape.as_list()) for t in ts]
+
+    def fn(*arrays):
+        flat = _OUTPUTS.take((total,), dtype)
+        outs = [flat[o:o + n].reshape(shape) for o, n, shape in zip(offsets, sizes, shapes)]
+        try:
+            _ddl.allreduce_n_into([np.asarray(a) for a in arrays], outs, op=op, mpi=mpi, check=check, names=names)
+        except DDLError as exc:
+            _errors[:] = [exc]
+            raise
+        return flat
+
+    _check_not_xla("allreduce_n")
+    flat_t = tf.numpy_function(fn, ts, ts[0].dtype, stateful=True, name="ddl_allreduce_n")
+    flat_t.set_shape([total])
+    return [tf.reshape(tf.slice(flat_t, [o], [n]), shape) for o, n, shape in zip(offsets, sizes, shapes)]
 
 
 def _prepare_n(tensors: Any, op: str, names: Optional[Sequence[str]], what: str, ops=("sum", "avg")):

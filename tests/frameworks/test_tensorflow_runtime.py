@@ -48,6 +48,15 @@ def test_allreduce_n_every_dtype_eager_and_in_tf_function(ranks):
         assert [g["values"] for g in avg[4:8]] == [2.5] * 4
 
 
+def test_one_dtype_inside_tf_function_comes_back_whole(ranks):
+    for rec in ranks:  # rank 0 holds 1x, rank 1 2x
+        got = rec["graph_one_dtype"]
+        assert [g["shape"] for g in got] == [[3, 5], [], [0, 4], [7]]
+        assert all(g["dtype"] == "float32" for g in got)
+        assert np.allclose(got[0]["values"], np.arange(15).reshape(3, 5) * 3)
+        assert got[1]["values"] == 6.0 and got[2]["values"] == [] and got[3]["values"] == [3.0] * 7
+
+
 def test_import_starts_nothing_and_autograph_leaves_the_runtime_alone(ranks):
     for rec in ranks:
         assert rec["threading_settable_after_import"] is True, rec["threading_settable_after_import"]

@@ -107,6 +107,10 @@ ddl_runtime.allreduce_n_into = _spy
 rec["graph_autograph_sum"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, op="sum"))(inputs()[:6]))
 ddl_runtime.allreduce_n_into = _engine_into
 rec["autograph_frames_in_engine"] = autograph_frames
+# one dtype, static shapes: the graph gets one flat output and cuts it (tf.slice + reshape)
+one_dtype = [tf.reshape(tf.range(15, dtype=tf.float32), [3, 5]) * (r + 1), tf.constant(2.0 * (r + 1)),
+             tf.zeros([0, 4]), tf.fill([7], float(r + 1))]
+rec["graph_one_dtype"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, op="sum"))(one_dtype))
 rec["graph_static_shapes"] = [list(t.shape) for t in graph_sum.get_concrete_function(inputs()).structured_outputs]
 
 # single-tensor ops, both ways
