@@ -9,6 +9,7 @@ caller's tensors (allgather returns a new one; allreduce_n_into writes into give
 from __future__ import annotations
 
 import math
+import operator
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence
 
@@ -492,7 +493,7 @@ def shared_zeros(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     rt = _rt.current()
     try:
         dt = np.dtype(dtype)
-        dims = (int(shape),) if np.isscalar(shape) else tuple(int(d) for d in shape)
+        dims = (operator.index(shape),) if np.isscalar(shape) else tuple(operator.index(d) for d in shape)
     except (TypeError, ValueError):
         raise DDLInputError(f"shared_zeros: shape {shape!r} / dtype {dtype!r} is not a shape and a numpy dtype") from None
     if dt.name not in SUPPORTED_DTYPES or any(d < 0 for d in dims):

@@ -329,11 +329,7 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
         return [_to_tensor(o, d, dev) for o, d, dev in zip(outs, out_dtypes, devices)]
 
     def fn(*arrays):
-        try:
-            outs = core([host(np.asarray(a)) for a in arrays])
-        except DDLError as exc:
-            _errors[:] = [exc]
-            raise
+        outs = _keeping_ddl_error(core, [host(np.asarray(a)) for a in arrays])
         return [np.asarray(o) if np.asarray(o).dtype == d.as_numpy_dtype else np.asarray(o).astype(d.as_numpy_dtype)
                 for o, d in zip(outs, out_dtypes)]
 
@@ -343,6 +339,16 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
     for o, shape in zip(outs, out_shapes):
         o.set_shape(shape)
     return outs
+
+
+def _keeping_ddl_error(core: Callable[[List[np.ndarray]], Any], arrays: List[np.ndarray]) -> Any:
+    """core(arrays) inside a tf.numpy_function: a DDLError it raises is kept for last_error()
+    (and for _raise_ddl_errors_as_themselves) before TensorFlow turns it into an OpError."""
+    try:
+        return core(arrays)
+    except DDLError as exc:
+        _errors[:] = [exc]
+        raise
 
 
 def _check_not_xla(what: str) -> None:
@@ -459,11 +465,8 @@ def _graph_one_output(ts: List[tf.Tensor], op: str, mpi: bool, check: float, nam
     def fn(*arrays):
         flat = _OUTPUTS.take((total,), dtype)
         outs = [flat[o:o + n].reshape(shape) for o, n, shape in zip(offsets, sizes, shapes)]
-        try:
-            _ddl.allreduce_n_into([np.asarray(a) for a in arrays], outs, op=op, mpi=mpi, check=check, names=names)
-        except DDLError as exc:
-            _errors[:] = [exc]
-            raise
+        _keeping_ddl_error(lambda a: _ddl.allreduce_n_into(a, outs, op=op, mpi=mpi, check=check, names=names),
+                           [np.asarray(a) for a in arrays])
         return flat
 
     _check_not_xla("allreduce_n")

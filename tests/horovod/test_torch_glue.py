@@ -6,7 +6,7 @@ import pytest
 from torch_glue_helpers import PROGRAMS, ddlrun
 
 RANKS = 2
-CASES = ["shim_is_the_runtime", "average", "sum_op", "predivide_factor", "groups", "fp16_compression",
+CASES = ["shim_is_the_runtime", "average", "sum_op", "predivide_factor", "groups", "fp16_compression", "custom_compressor",
          "backward_passes_per_step", "force_allreduce_unused_parameter", "synchronize_clip_skip",
          "zero_grad_in_flight", "bad_arguments", "parameter_names_without_named_parameters",
          "sparse_gradients", "broadcast_functions", "sync_batch_norm", "dynamic_timeline",

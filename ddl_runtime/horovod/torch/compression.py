@@ -18,20 +18,21 @@ __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 
 class Compressor(abc.ABC):
     """The interface Horovod documents for custom compression (``hvd.Compression``): subclass it
-    and define both static methods.  Abstract: calling the base's methods is a programming error
-    (the two concrete compressors below are what ``compression=`` takes)."""
+    and define both static methods.  Abstract: a subclass that leaves one out gets a TypeError
+    naming it when it is used (the two concrete compressors below are what ``compression=``
+    takes)."""
 
     @staticmethod
     @abc.abstractmethod
     def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
         """``tensor`` -> (what travels, context for decompress)."""
-        raise NotImplementedError(f"{Compressor.__name__} is an interface: subclass it and define compress()")
+        raise TypeError("a compressor passed as compression= must define compress(); Compressor's is abstract")
 
     @staticmethod
     @abc.abstractmethod
     def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
         """(what travelled, context) -> the tensor in its original dtype."""
-        raise NotImplementedError(f"{Compressor.__name__} is an interface: subclass it and define decompress()")
+        raise TypeError("a compressor passed as compression= must define decompress(); Compressor's is abstract")
 
 
 class NoneCompressor(Compressor):

@@ -6,6 +6,7 @@ case named on the command line (all by default) and prints one line per case and
 fails on one rank only may desynchronize the rest: each case raises symmetric errors only.
 """
 import copy
+import importlib
 import json
 import os
 import sys
@@ -163,6 +164,36 @@ def fp16_compression():
     with opt.skip_synchronize():
         opt.step()
     same_everywhere(list(model.parameters()), "fp16: parameters")
+
+
+@case
+def custom_compressor():
+    """Horovod's documented interface: a Compressor subclass is used as compression=; one that
+    leaves out decompress() fails with a TypeError naming it, on every rank, before any data moves."""
+    Compressor = importlib.import_module(hvd.__name__ + ".compression").Compressor  # horovod.torch.compression
+
+    class Halve(Compressor):  # sends half the value, doubles it back
+        @staticmethod
+        def compress(tensor):
+            return tensor * 0.5, None
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            return tensor * 2.0
+
+    t = torch.full((4,), float(hvd.rank() + 1))
+    got = hvd.allreduce(t, op=hvd.Sum, compression=Halve)
+    check(torch.allclose(got, torch.full((4,), float(sum(range(1, hvd.size() + 1))))), f"custom compressor: {got}")
+
+    class Incomplete(Compressor):
+        @staticmethod
+        def compress(tensor):
+            return tensor, None
+    try:
+        hvd.allreduce(t, op=hvd.Sum, compression=Incomplete)
+        check(False, "a compressor without decompress() was accepted")
+    except TypeError as exc:
+        check("decompress()" in str(exc), f"incomplete compressor: {exc}")
 
 
 @case

@@ -200,7 +200,7 @@ if mode == "values":
         failures.append("shared_zeros with different shapes: no mismatch error")
     except ddl.DDLMismatchError:
         pass
-    for bad in ((-1,), ("x", 2)):
+    for bad in ((-1,), ("x", 2), (2.5,), "3"):
         try:
             ddl.shared_zeros(bad)
             failures.append(f"shared_zeros{bad}: accepted")
