@@ -14,10 +14,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Mapping
 
 PMI_SPLIT = "mpi/pmi2: invalid client request"
+LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED"}  # squeue %T
 
 
 def _job_info(stdout) -> dict:
@@ -35,6 +37,20 @@ def _job_info(stdout) -> dict:
     return {}
 
 
+def _wait_until_gone(job_id: str, slurm_env: Mapping[str, str], timeout_s: float) -> bool:
+    """Wait until the cancelled job has left the queue (its steps torn down on the nodes), so the
+    resubmitted job does not start beside its remains (a resubmission that started at once was
+    killed with status 15 in one CI run); True when it is gone within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=dict(slurm_env),
+                           capture_output=True, text=True, timeout=30)
+        if q.returncode != 0 or not (set(q.stdout.split()) & LIVE_STATES):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def submit_waiting(run: Callable[[], subprocess.CompletedProcess], slurm_env: Mapping[str, str]) -> subprocess.CompletedProcess:
     """run() is one `wml submit --json --wait ...`; returns its CompletedProcess (a timeout
     re-raises), after at most one resubmission when the first job hit the PMI split above."""
@@ -47,8 +63,9 @@ def submit_waiting(run: Callable[[], subprocess.CompletedProcess], slurm_env: Ma
     err = Path(info["error"]) if info.get("error") else None
     if failed and err is not None and err.exists() and PMI_SPLIT in err.read_text(errors="replace"):
         subprocess.run(["scancel", str(info["job_id"])], env=dict(slurm_env), capture_output=True, timeout=30)
+        gone = _wait_until_gone(str(info["job_id"]), slurm_env, 60)
         sys.stderr.write(f"slurm_jobs: job {info['job_id']} hit Slurm's pmi2 split of an MPICH PMI-1 line; "
-                         "cancelled, submitting once more\n")
+                         f"cancelled ({'gone' if gone else 'still listed after 60 s'}), submitting once more\n")
         return run()
     if proc is None:
         raise timeout
