@@ -17,7 +17,7 @@ _OPS = (
     "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "local_gpuid",
     "topology_info", "algorithm",
     "barrier", "bcast", "bcast_n", "bcast_object", "allreduce", "allreduce_n", "allreduce_n_into",
-    "allreduce_n_async",
+    "allreduce_n_fresh", "allreduce_n_async",
     "allgather", "shard", "scale_lr", "shared_zeros",
 )
 

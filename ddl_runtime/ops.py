@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import time
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
@@ -20,6 +20,7 @@ from . import runtime as _rt
 from .algorithms import MPI_OPS, MPI_TYPES, split_counts
 from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, new_like
 from .fusion import plan_buckets
+from .output_pool import RESULTS, packed_layout
 from .refcache import RefCache
 from .errors import DDLError, DDLInputError
 from .engine import Handle
@@ -267,25 +268,94 @@ def allreduce_n_into(tensors: Sequence[Any], outputs: Sequence[np.ndarray], op: 
     tensors, outputs = _as_list(tensors, what), _as_list(outputs, what)
     if len(outputs) != len(tensors):
         raise DDLInputError(f"{what}: {len(outputs)} outputs for {len(tensors)} tensors")
-    _check_op(op, REDUCE_N_OPS, what)
-    names = _names(tensors, names, what)
-    refs = []
-    for t, o, n in zip(tensors, outputs, names):
-        if not isinstance(t, np.ndarray):
-            raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays")
-        ref, dst = as_tensor(t, n, writable=False), as_tensor(o, n)
+    refs = _sources(tensors, op, names, what)
+    for ref, t, o in zip(refs, tensors, outputs):
+        dst = as_tensor(o, ref.name)
         if dst.kind != "numpy" or o.dtype != t.dtype or o.shape != t.shape:
-            raise DDLInputError(f"{what}: output for tensor '{n}' must be a numpy array of dtype {t.dtype} and "
-                                f"shape {t.shape}")
+            raise DDLInputError(f"{what}: output for tensor '{ref.name}' must be a numpy array of dtype "
+                                f"{t.dtype} and shape {t.shape}")
         ref.out = dst.flat
-        refs.append(ref)
-    _check_avg(op, refs, what)
     _reduce_n(refs, op, mpi, check, _describe(what, refs))
     return list(outputs)
 
 
-def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -> None:
+def allreduce_n_fresh(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, check: float = 0.0,
+                      names: Optional[Sequence[str]] = None) -> Tuple[Optional[np.ndarray], list]:
+    """allreduce_n out of place into memory the runtime picks; returns (flat, results).
+
+    `tensors` (numpy arrays, may be read-only) are only read.  When they share one dtype the
+    results are views of the 1-D array `flat` at output_pool.packed_layout offsets (a framework
+    can hand over that one buffer); else flat is None.  The memory is reused once nothing refers
+    to any result of the call.  On one host with shared memory, results of more than 256 KB in
+    float32/float64/int32/int64 live in shared memory and the peers write them there
+    (shm_results.py): no copy out, about the cost of the in-place path.  Same agreement,
+    mismatch errors, stall diagnostics and timeline as allreduce_n.
+    """
+    what = "allreduce_n"
+    tensors = _as_list(tensors, what)
+    refs = _sources(tensors, op, names, what)
+    described = _describe(what, refs)
+    tol = _mode(mpi, check, described)
     rt = _rt.current()
+    key = None
+    if rt.shm is not None and not mpi and tol == 0 and not _on_device(refs):
+        key = rt.shm.results.layout_key(refs)
+    if key is None:
+        flat, outs = _fresh(refs, tensors)
+        _reduce_n(refs, op, mpi, check, described)
+        return flat, outs
+    signature = (("allreduce_n", op, mpi, tol, "shared results"), tuple(_entry(r) for r in refs))
+    rt.timeline.begin("allreduce_n", {"op": op, "tensors": len(refs), "mpi": mpi})
+    rt.watchdog.start(described)
+    flat = rt.shm.results.allreduce(refs, key, op, float(rt.size) if op == "avg" else None, digest(signature),
+                                    rt.timeline)
+    if flat is False:
+        raise_mismatch(f"{described} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
+    if flat is None:  # agreed, but no shared memory left for results: reduce into private memory
+        flat, outs = _fresh(refs, tensors)
+        _reduce(rt, refs, op, False).wait()
+    else:
+        outs = _cut(flat, tensors)
+    rt.timeline.end("allreduce_n")
+    return flat, outs
+
+
+def _sources(tensors: list, op: Any, names: Optional[Sequence[str]], what: str) -> List[TensorRef]:
+    """Refs of out-of-place sources: numpy arrays, only read."""
+    _check_op(op, REDUCE_N_OPS, what)
+    names = _names(tensors, names, what)
+    refs = []
+    for t, n in zip(tensors, names):
+        if not isinstance(t, np.ndarray):
+            raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays")
+        refs.append(as_tensor(t, n, writable=False))
+    _check_avg(op, refs, what)
+    return refs
+
+
+def _fresh(refs: List[TensorRef], tensors: list) -> Tuple[Optional[np.ndarray], list]:
+    """Pooled outputs for the out-of-place sources `tensors` (set as their refs' `out`): views of
+    one packed flat buffer when they share a dtype."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) == 1:
+        dtype = dtypes.pop()
+        flat = RESULTS.take((packed_layout([t.size for t in tensors], dtype.itemsize)[1],), dtype)
+        outs = _cut(flat, tensors)
+    else:
+        flat, outs = None, RESULTS.take_like(tensors)
+    for r, o in zip(refs, outs):
+        r.out = as_tensor(o, r.name).flat
+    return flat, outs
+
+
+def _cut(flat: np.ndarray, tensors: list) -> list:
+    """The results of `tensors` as views of `flat` (packed_layout)."""
+    offsets = packed_layout([t.size for t in tensors], flat.dtype.itemsize)[0]
+    return [flat[o:o + t.size].reshape(t.shape) for o, t in zip(offsets, tensors)]
+
+
+def _mode(mpi: Any, check: Any, what: str) -> float:
+    """The `mpi=` and `check=` arguments checked; returns the tolerance."""
     if not isinstance(mpi, bool):
         raise DDLInputError(f"{what}: mpi must be True or False, got {mpi!r}")
     try:
@@ -294,6 +364,12 @@ def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -
         raise DDLInputError(f"{what}: check must be a tolerance (float), got {check!r}") from None
     if not tol >= 0:
         raise DDLInputError(f"{what}: check must be 0 (off) or a positive tolerance, got {check!r}")
+    return tol
+
+
+def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -> None:
+    rt = _rt.current()
+    tol = _mode(mpi, check, what)
     signature = (("allreduce_n", op, mpi, tol), tuple(_entry(r) for r in refs))
     if _on_device(refs):
         from . import gpu

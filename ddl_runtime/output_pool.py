@@ -26,6 +26,17 @@ import numpy as np
 ALIGN = 64  # TensorFlow wraps host buffers aligned like this without copying them
 
 
+def packed_layout(sizes, itemsize: int) -> Tuple[List[int], int]:
+    """Offsets (in elements) that pack arrays of `sizes` elements one after another, each at a
+    multiple of ALIGN bytes, and the total length (at least 1)."""
+    step = max(1, ALIGN // itemsize)
+    offsets, at = [], 0
+    for n in sizes:
+        offsets.append(at)
+        at += -(-n // step) * step
+    return offsets, max(at, 1)
+
+
 def aligned_bytes(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
     offset = (-raw.ctypes.data) % ALIGN
@@ -82,3 +93,6 @@ class OutputPool:
     def _clear(self) -> None:
         self._slots.clear()
         self.kept_bytes = 0
+
+
+RESULTS = OutputPool()  # the runtime's out-of-place results (allreduce_n_fresh, ddl_runtime.tensorflow)

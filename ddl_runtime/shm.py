@@ -4,7 +4,8 @@ When every rank of the job sits on one host *and* on one node of the job's group
 under DDL_EMULATE_NODES or a mode string with several nodes), the ranks open two MPI-3 shared
 windows (`MPI.Win.Allocate_shared` on the host communicator):
 
-* a control block, one 64-byte slot per rank: a barrier epoch and two digest cells.  A barrier
+* a control block, one 64-byte slot per rank: a barrier epoch, two digest cells and two word
+  cells (a rank's `word` for a barrier, e.g. which result region it took: shm_results.py).  A barrier
   is "write my epoch, wait until every slot holds at least it" (each cell has one writer, so no
   atomics are needed; `Win.Sync` is the memory fence on either side).  The digest of the
   collective's signature travels with the epoch, so agreeing on a signature costs one barrier.
@@ -56,9 +57,11 @@ from .buffers import TensorRef, store_result, widen
 from .log import log
 from .output_pool import aligned_bytes
 from .shm_heap import SharedHeap
+from .shm_results import SharedResults
 from .timeline import TID_HOST, TID_MPI
 
-SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs), ...]
+SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs),
+#                  word(even), word(odd), ...]
 ALIGN = 64
 MIN_ARENA = 1 << 20
 CHUNK_BYTES = 1 << 20  # per rank and round: what a round touches stays in the caches
@@ -172,6 +175,7 @@ class ShmGroup:
         self.small_sum = aligned_bytes(SMALL_BYTES)
         self.small_views: Dict[tuple, tuple] = {}
         self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
+        self.results = SharedResults(self.heap)  # out-of-place results that peers write directly
         self.ctl_win.Sync()
         comm.Barrier()
 
@@ -181,12 +185,14 @@ class ShmGroup:
         return np.frombuffer(buf, dtype=np.uint8).view(dtype)
 
     # -- synchronisation ------------------------------------------------------------------
-    def barrier(self, digest: int = 0) -> bool:
-        """Wait for every local rank; True when all of them passed the same `digest`."""
+    def barrier(self, digest: int = 0, word: int = 0) -> bool:
+        """Wait for every local rank; True when all of them passed the same `digest`.  Each rank's
+        `word` can be read with words() until this rank's next barrier."""
         self.epoch = e = self.epoch + 1
         cell = 1 + (e & 1)
         mine = self.mine
         mine[cell] = digest
+        mine[3 + (e & 1)] = word
         self.ctl_win.Sync()
         mine[0] = e
         slots = self.slots
@@ -196,6 +202,12 @@ class ShmGroup:
                 break
         self.ctl_win.Sync()
         return all(slot[cell] == digest for slot in slots)
+
+    def words(self) -> List[int]:
+        """Every rank's `word` of the last barrier (a peer writes that cell again only after
+        every rank has passed the next barrier)."""
+        cell = 3 + (self.epoch & 1)
+        return [int(slot[cell]) for slot in self.slots]
 
     def _wait(self, e: int) -> None:
         slots, watchdog = self.slots, self.watchdog
@@ -246,7 +258,8 @@ class ShmGroup:
     def free(self) -> None:
         """Release the windows (collective over the host's ranks)."""
         self._free_data()
-        if self.heap.free():
+        self.results.clear()
+        if "shared_zeros" in self.heap.free():  # results still held by tensors are expected: quiet
             log("shared_zeros arrays are still in use after finalize; their shared memory stays "
                 "mapped until the process exits")
         self.small_arenas, self.small_views = [], {}

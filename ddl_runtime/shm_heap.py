@@ -52,7 +52,7 @@ class Segment:
     base: int  # address of my part
     size: int
     used: int = 0
-    handed: List[weakref.ref] = field(default_factory=list)  # roots of the arrays handed out
+    handed: List[Tuple[weakref.ref, str]] = field(default_factory=list)  # roots handed out, and what for
 
 
 class SharedHeap:
@@ -66,7 +66,7 @@ class SharedHeap:
         self.views: Dict[tuple, tuple] = {}
         self.kept: List[Segment] = []  # windows left mapped at finalize (their arrays outlived it)
 
-    def allocate(self, nbytes: int) -> np.ndarray:
+    def allocate(self, nbytes: int, purpose: str = "shared_zeros") -> np.ndarray:
         """Zeroed bytes at the same (segment, offset) on every rank (collective, same sizes in order)."""
         nbytes = -(-max(nbytes, 1) // ALIGN) * ALIGN
         seg = self.segments[-1] if self.segments else None
@@ -85,8 +85,16 @@ class SharedHeap:
         start = seg.used
         seg.used += nbytes
         root = np.frombuffer(memoryview(seg.parts[self.group.rank][start:start + nbytes]), dtype=np.uint8)
-        seg.handed.append(weakref.ref(root))  # every view made from it keeps `root` alive
+        seg.handed.append((weakref.ref(root), purpose))  # every view made from it keeps `root` alive
         return root
+
+    def allocate_everywhere(self, nbytes: int, purpose: str) -> List[np.ndarray]:
+        """allocate(nbytes) (collective), returned as every rank's bytes at that offset; mine is
+        the root that the heap watches (see free)."""
+        root = self.allocate(nbytes, purpose)
+        i, offset = self.locate(root)
+        parts = self.segments[i].parts
+        return [root if r == self.group.rank else part[offset:offset + root.nbytes] for r, part in enumerate(parts)]
 
     def locate(self, flat: np.ndarray) -> Optional[Tuple[int, int]]:
         """(segment, offset) of a contiguous array lying wholly inside my part of the heap, else None."""
@@ -164,15 +172,19 @@ class SharedHeap:
                                bounds[me], bounds[me + 1], step))
         return reduce
 
-    def free(self) -> int:
-        """Free the windows no handed-out array still uses; returns how many stay mapped."""
+    def free(self) -> set:
+        """Free the windows no handed-out array still uses; returns the purposes of the arrays
+        that keep windows mapped."""
         self.views = {}
+        in_use = set()
         for seg in self.segments:
-            if any(ref() is not None for ref in seg.handed):
+            live = {purpose for ref, purpose in seg.handed if ref() is not None}
+            if live:
+                in_use |= live
                 self.kept.append(seg)  # in use: unmapping it would make those arrays crash the process
                 continue
             seg.parts = []
             seg.win.Unlock_all()
             seg.win.Free()
         self.segments, self.bases, self.order = [], [], []
-        return len(self.kept)
+        return in_use

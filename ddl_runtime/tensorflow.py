@@ -52,7 +52,7 @@ from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 import ddl_runtime as _ddl
 from ddl_runtime.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
-from ddl_runtime.output_pool import ALIGN, OutputPool
+from ddl_runtime.output_pool import ALIGN, RESULTS, packed_layout
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
@@ -253,7 +253,7 @@ def _as_list(tensors: Any, what: str) -> list:
     return list(tensors)
 
 
-_OUTPUTS = OutputPool()  # result memory, taken again once no tensor uses it (no page faults per step)
+_OUTPUTS = RESULTS  # result memory, taken again once no tensor uses it (no page faults per step)
 
 
 def _host_copy(src: np.ndarray) -> np.ndarray:
@@ -419,9 +419,8 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> tf.Tensor:
 def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names: List[str]) -> List[tf.Tensor]:
     what = "allreduce_n"
 
-    def core(arrays):  # out of place: read TensorFlow's buffers, write fresh aligned outputs
-        outs = _OUTPUTS.take_like(arrays)
-        return _ddl.allreduce_n_into(arrays, outs, op=op, mpi=mpi, check=check, names=names)
+    def core(arrays):  # out of place: read TensorFlow's buffers, results in memory the runtime picks
+        return _ddl.allreduce_n_fresh(arrays, op=op, mpi=mpi, check=check, names=names)[1]
 
     def forward(ts):
         if tf.executing_eagerly() and all(t.dtype in _DLPACK_TF and "CPU" in t.device for t in ts):
@@ -447,27 +446,23 @@ def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names:
 def _graph_one_output(ts: List[tf.Tensor], op: str, mpi: bool, check: float, names: List[str]) -> List[tf.Tensor]:
     """allreduce_n inside a traced function, for tensors of one dtype with static shapes.
 
-    The stateful numpy_function returns one pooled flat buffer holding every result at a
-    64-byte aligned offset, and the graph cuts it with tf.slice + tf.reshape, which share that
-    memory (aligned dim-0 slices are views in TensorFlow).  numpy_function converts each output
-    separately: one output instead of 161 saves about a millisecond per ResNet-50 step.
+    The stateful numpy_function returns the one flat buffer of allreduce_n_fresh (on one host:
+    the shared-memory region the peers wrote) holding every result at a 64-byte aligned offset,
+    and the graph cuts it with tf.slice + tf.reshape.  TensorFlow makes a dim-0 slice a view
+    when both its ends are 64-byte aligned (or it ends the buffer); a tensor whose size is not a
+    multiple of 64 bytes is copied (1 of ResNet-50's 161: the 1000-element bias).
+    numpy_function converts each output separately: one output instead of 161 saves about a
+    millisecond per ResNet-50 step.
     """
     dtype = np.dtype(ts[0].dtype.as_numpy_dtype)
-    step = ALIGN // dtype.itemsize
     sizes = [t.shape.num_elements() for t in ts]
-    offsets, at = [], 0
-    for n in sizes:
-        offsets.append(at)
-        at += -(-n // step) * step
-    total = max(at, 1)
+    offsets, total = packed_layout(sizes, dtype.itemsize)
     shapes = [tuple(t.shape.as_list()) for t in ts]
 
     def fn(*arrays):
-        flat = _OUTPUTS.take((total,), dtype)
-        outs = [flat[o:o + n].reshape(shape) for o, n, shape in zip(offsets, sizes, shapes)]
-        _keeping_ddl_error(lambda a: _ddl.allreduce_n_into(a, outs, op=op, mpi=mpi, check=check, names=names),
-                           [np.asarray(a) for a in arrays])
-        return flat
+        return _keeping_ddl_error(
+            lambda a: _ddl.allreduce_n_fresh(a, op=op, mpi=mpi, check=check, names=names)[0],
+            [np.asarray(a) for a in arrays])
 
     _check_not_xla("allreduce_n")
     flat_t = tf.numpy_function(fn, ts, ts[0].dtype, stateful=True, name="ddl_allreduce_n")

@@ -4,10 +4,12 @@
     ddlrun -n 2 python examples/bench_tf.py allreduce [--repeats 15]
         allreduce_n (op avg) of ResNet-50's 161 gradient tensors (25.6 M float32 values):
         the numpy path (ddl_runtime.allreduce_n on arrays, in place), ddl_runtime.tensorflow
-        eagerly (out of place: reads the tensors, results in pooled aligned memory wrapped
-        through DLPack) and inside tf.function (tf.numpy_function; the gradients are made and
+        eagerly (out of place: reads the tensors; on one host the results live in shared
+        memory that the peers write, wrapped through DLPack) and inside tf.function (tf.numpy_function; the gradients are made and
         consumed inside the function, as in a Keras train step), interleaved in the same job.
-        Also: numpy-into (the engine out of place on numpy arrays: the TF path's floor), and a
+        Also: numpy-into (the engine out of place into private memory the caller gives),
+        numpy-fresh (allreduce_n_fresh: out of place into memory the runtime picks, what the
+        TF path runs on: its floor), and a
         tf.function taking and returning the 161 tensors (tf-function-args) beside the same
         function minus the collective (tf-args-only: TensorFlow's own argument handling).
         Per mode: the median over repeats of the slowest rank's time per call; ratio = mode /
@@ -79,6 +81,9 @@ def bench_allreduce(args: argparse.Namespace) -> int:
     def numpy_into():
         ddl_runtime.allreduce_n_into(arrays, outputs, op="avg", names=names)
 
+    def numpy_fresh():
+        ddl_runtime.allreduce_n_fresh(arrays, op="avg", names=names)
+
     def tf_eager():
         out = dtf.allreduce_n(tensors, op="avg", names=names)
         out[-1].numpy()  # results are materialised tensors already; touch one
@@ -92,7 +97,7 @@ def bench_allreduce(args: argparse.Namespace) -> int:
     def tf_args_only():
         args_only(tensors)[-1].numpy()
 
-    modes = {"numpy": numpy_path, "numpy-into": numpy_into, "tf-eager": tf_eager, "tf-function": tf_graph,
+    modes = {"numpy": numpy_path, "numpy-into": numpy_into, "numpy-fresh": numpy_fresh, "tf-eager": tf_eager, "tf-function": tf_graph,
              "tf-function-args": tf_graph_args, "tf-args-only": tf_args_only}
     for fn in modes.values():  # warm-up: plans, signatures, tracing
         fn()

@@ -57,6 +57,16 @@ def test_one_dtype_inside_tf_function_comes_back_whole(ranks):
         assert got[1]["values"] == 6.0 and got[2]["values"] == [] and got[3]["values"] == [3.0] * 7
 
 
+def test_large_results_live_in_shared_memory_eagerly_and_in_tf_function(ranks):
+    """On one host the results the peers write sit in shared memory: no copy out (shm_results)."""
+    for rec in ranks:
+        for how in ("eager", "graph"):
+            got = rec[f"{how}_big_results"]
+            assert got["shared"] == [True, True], (how, got)
+            assert got["shapes"] == [[300_000], [1, 70_016]]
+            assert got["first"] == got["last"] == 1.5 and got["row"] == 70_015.0
+
+
 def test_import_starts_nothing_and_autograph_leaves_the_runtime_alone(ranks):
     for rec in ranks:
         assert rec["threading_settable_after_import"] is True, rec["threading_settable_after_import"]

@@ -95,18 +95,36 @@ import inspect  # noqa: E402
 
 import ddl_runtime  # noqa: E402
 
-_engine_into, autograph_frames = ddl_runtime.allreduce_n_into, []
+_engine_fresh, autograph_frames = ddl_runtime.allreduce_n_fresh, []
 
 
 def _spy(*a, **k):
     autograph_frames.append(any("__autograph_generated" in f.filename for f in inspect.stack(0)))
-    return _engine_into(*a, **k)
+    return _engine_fresh(*a, **k)
 
 
-ddl_runtime.allreduce_n_into = _spy
+ddl_runtime.allreduce_n_fresh = _spy
 rec["graph_autograph_sum"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, op="sum"))(inputs()[:6]))
-ddl_runtime.allreduce_n_into = _engine_into
+ddl_runtime.allreduce_n_fresh = _engine_fresh
 rec["autograph_frames_in_engine"] = autograph_frames
+# large results of one host's ranks live in shared memory, which the peers write (shm_results.py)
+from ddl_runtime import runtime as _ddl_rt  # noqa: E402
+
+# (a size that is a multiple of 16 floats: TensorFlow's tf.slice aliases only such pieces)
+big = [tf.fill([300_000], float(r + 1)), tf.reshape(tf.range(70_016, dtype=tf.float32), [1, 70_016])]
+
+
+def _shared(t):
+    shm = _ddl_rt.current().shm
+    return shm is not None and shm.heap.locate(t._numpy().reshape(-1)) is not None
+
+
+for how, fn in (("eager", lambda ts: dtf.allreduce_n(ts, op="avg")),
+                ("graph", tf.function(lambda ts: dtf.allreduce_n(ts, op="avg")))):
+    got = fn(big)
+    rec[f"{how}_big_results"] = {"shared": [_shared(t) for t in got], "first": float(got[0][0]),
+                                 "last": float(got[0][-1]), "row": float(got[1][0, 70_015]),
+                                 "shapes": [list(t.shape) for t in got]}
 # one dtype, static shapes: the graph gets one flat output and cuts it (tf.slice + reshape)
 one_dtype = [tf.reshape(tf.range(15, dtype=tf.float32), [3, 5]) * (r + 1), tf.constant(2.0 * (r + 1)),
              tf.zeros([0, 4]), tf.fill([7], float(r + 1))]
