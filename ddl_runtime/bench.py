@@ -8,7 +8,7 @@ Two parts, printed by rank 0 as Markdown:
    and by torch.distributed gloo all_reduce, per tensor and in 25 MB buckets (when torch is
    installed); in a one-host job also by allreduce_n(mpi=True), the MPI path without shared memory,
    and by allreduce_n of the same gradients allocated with ddl_runtime.shared_zeros (reduced
-   where they lie);
+   where they lie); and out of place by allreduce_n_fresh (results placed by the runtime);
 3. the digits CNN's step (examples/train_digits.py: 8 gradients + 1 presence-flag tensor, 153 KB):
    allreduce_n against one mpi4py Allreduce of the same bytes.
 Methods are interleaved round by round and medians reported, so ratios come from one run on
@@ -135,6 +135,9 @@ def resnet(comm: MPI.Comm, repeats: int, iters: int, with_gloo: bool, fusion_mb:
             h[...] = 1.0
         methods["ddl allreduce_n, gradients in shared memory (shared_zeros)"] = \
             lambda: ddl.allreduce_n(heap_grads, op="sum", names=names)
+    # out of place, results placed by the runtime (what ddl_runtime.tensorflow runs on)
+    methods["ddl allreduce_n_fresh (out of place; results in shared memory on one host)"] = \
+        lambda: ddl.allreduce_n_fresh(arrays, op="sum", names=names)
     for mb in fusion_mb:
         methods[f"ddl allreduce_n, {mb:g} MB buckets"] = ddl_n(int(mb * (1 << 20)))
     methods["mpi4py Allreduce per tensor"] = lambda: [comm.Allreduce(MPI.IN_PLACE, a) for a in arrays]

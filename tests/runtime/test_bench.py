@@ -21,6 +21,7 @@ def test_bench_tables(run_mpi, tmp_path):
         "ddl allreduce_n", "ddl allreduce_n, 1 MB buckets", "mpi4py Allreduce per tensor",
         "ddl allreduce_n, gradients as views of one flat buffer",
         "ddl allreduce_n, gradients in shared memory (shared_zeros)",
+        "ddl allreduce_n_fresh (out of place; results in shared memory on one host)",
         "mpi4py Allreduce, one pre-fused buffer", "torch.distributed gloo all_reduce per tensor",
         "ddl allreduce_n, mpi=True (MPI path, no shared memory)",
         "torch.distributed gloo all_reduce, 25 MB buckets (pack + unpack counted)"}
