@@ -8,8 +8,8 @@ from ddl_runtime.buffers import as_tensor
 from ddl_runtime.refcache import RefCache
 
 
-def _validated(cache, tensors):
-    key = ("allreduce_n", "sum", tuple(map(id, tensors)), None)
+def _validated(cache, tensors, names=None):
+    key = ("allreduce_n", "sum", tuple(map(id, tensors)), names)
     hit = cache.get(key, tensors)
     if hit is not None:
         return hit[0], True
@@ -59,7 +59,31 @@ def test_large_lists_and_other_objects_are_not_kept_and_the_cache_is_bounded():
     _validated(cache, big)
     assert not _validated(cache, big)[1]  # too big to keep alive
     lists = [[np.ones(2, np.float32)] for _ in range(refcache.MAX_ENTRIES + 5)]
-    for ts in lists:
-        _validated(cache, ts)
+    for i, ts in enumerate(lists):  # as many call sites
+        _validated(cache, ts, (f"site{i}",))
     assert len(cache._entries) == refcache.MAX_ENTRIES
-    assert _validated(cache, lists[-1])[1] and not _validated(cache, lists[0])[1]
+    assert _validated(cache, lists[-1], (f"site{len(lists) - 1}",))[1] and not _validated(cache, lists[0], ("site0",))[1]
+
+
+def test_a_site_of_ever_new_tensors_stops_keeping_them_and_a_stable_one_is_cached_again():
+    """torch's fresh gradients every step: after MISS_STREAK misses the cache keeps none of them
+    alive (their memory goes back to the allocator), probing once every PROBE_EVERY misses."""
+    import gc
+    import weakref
+
+    cache = RefCache()
+    gone = []
+    for step in range(refcache.MISS_STREAK + 10):
+        grads = [torch.full((8,), float(step)), torch.ones(3)]
+        gone.append(weakref.ref(grads[0]))
+        refs, hit = _validated(cache, grads)
+        assert not hit and refs[0].flat[0] == step
+    del grads, refs
+    gc.collect()
+    alive = [step for step, ref in enumerate(gone) if ref() is not None]
+    assert alive == list(range(refcache.MISS_STREAK)), alive  # only the first few were stored
+    assert not cache._entries or len(cache._entries) <= refcache.MISS_STREAK
+    # the same objects from now on: the next probe stores them and later calls hit
+    stable = [torch.zeros(8), torch.ones(3)]
+    hits = [_validated(cache, stable)[1] for _ in range(refcache.PROBE_EVERY + 2)]
+    assert hits[-1] and hits.count(False) <= refcache.PROBE_EVERY
