@@ -57,13 +57,18 @@ def worker(args: argparse.Namespace) -> int:
                                        gradient_as_bucket_view=args.gradient_as_bucket_view)
         ddl.broadcast_parameters(model.state_dict(), root_rank=0)
 
+    lockstep = args.lockstep_worker and size > 1  # a barrier after every step, no gradients exchanged
     for i in range(args.warmup):
         train_digits.train_step(model, opt, *batches[i % nb])
+        if lockstep:
+            ddl_runtime.barrier()
     if size > 1:
         ddl_runtime.barrier()
     t0 = time.perf_counter()
     for i in range(args.steps):
         train_digits.train_step(model, opt, *batches[i % nb])
+        if lockstep:
+            ddl_runtime.barrier()
     if size > 1:
         ddl_runtime.barrier()
     elapsed = time.perf_counter() - t0
@@ -294,7 +299,7 @@ def phases_driver(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False) -> dict:
+def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False, lockstep: bool = False) -> dict:
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
         raise SystemExit("bench_scaling: mpiexec not found (pip install mpich mpi4py)")
@@ -303,6 +308,7 @@ def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False) -> dic
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", out,
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--no-comm"] if no_comm else []) \
+        + (["--no-comm", "--lockstep-worker"] if lockstep else []) \
         + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
@@ -334,20 +340,25 @@ def machine() -> str:
 def driver(args: argparse.Namespace) -> int:
     k = args.ranks
     results = {1: [], k: []}
-    independent = []
+    independent, lockstep = [], []
     for rep in range(args.repeats):
         order = [1, k] if rep % 2 == 0 else [k, 1]
         if args.independent:
-            order.insert(1, -k)
+            order.insert(1, "independent")
+        if args.lockstep:
+            order.insert(1, "lockstep")
         for n in order:
             busy = wait_quiet(args) if args.max_busy < 1.0 else float("nan")
-            r = run_once(abs(n), args, no_comm=n < 0)
-            r["busy_before"] = busy
-            if n < 0:
-                independent.append(r)
-                print(f"repeat {rep + 1}/{args.repeats}: {k} independent ranks (no communication): "
+            if n in ("independent", "lockstep"):
+                r = run_once(k, args, no_comm=True, lockstep=n == "lockstep")
+                (independent if n == "independent" else lockstep).append(r)
+                what = ("independent ranks (no communication)" if n == "independent"
+                        else "ranks in lockstep (a barrier after every step, no gradients exchanged)")
+                print(f"repeat {rep + 1}/{args.repeats}: {k} {what}: "
                       f"{r['samples_per_s']:9.0f} samples/s ({r['step_ms']:.2f} ms/step)", flush=True)
                 continue
+            r = run_once(n, args)
+            r["busy_before"] = busy
             results[n].append(r)
             print(f"repeat {rep + 1}/{args.repeats}: {n} rank(s): {r['samples_per_s']:9.0f} samples/s "
                   f"({r['step_ms']:.2f} ms/step; before it the CPUs were {100 * busy:.0f} % busy with "
@@ -371,11 +382,22 @@ def driver(args: argparse.Namespace) -> int:
         summary["samples_per_s_independent"] = ind
         summary["median_independent"] = statistics.median(ind)
         summary["efficiency_vs_independent"] = medk / statistics.median(ind)
+    if lockstep:
+        ls = [r["samples_per_s"] for r in lockstep]
+        summary["samples_per_s_lockstep"] = ls
+        summary["median_lockstep"] = statistics.median(ls)
+        summary["efficiency_vs_lockstep"] = medk / statistics.median(ls)
     print(f"\n1 rank: median {med1:,.0f} samples/s; {k} ranks: median {medk:,.0f} samples/s")
     if independent:
         print(f"{k} independent ranks (same load, no communication): median "
               f"{summary['median_independent']:,.0f} samples/s; the runtime keeps "
               f"{100 * summary['efficiency_vs_independent']:.1f} % of that")
+    if lockstep:
+        print(f"{k} ranks in lockstep (a barrier per step, no gradients exchanged): median "
+              f"{summary['median_lockstep']:,.0f} samples/s: any synchronous step gets at most that here"
+              + (f" ({100 * summary['median_lockstep'] / summary['median_independent']:.1f} % of independent ranks)"
+                 if independent else "")
+              + f"; the runtime keeps {100 * summary['efficiency_vs_lockstep']:.1f} % of it")
     print(f"scaling efficiency {100 * eff:.1f} % (per-pair median {100 * summary['pair_efficiency_median']:.1f} %, "
           f"range {100 * min(pairs):.1f}-{100 * max(pairs):.1f} %)")
     if args.json:
@@ -400,6 +422,10 @@ def main(argv=None) -> int:
     p.add_argument("--independent", action="store_true",
                    help="also time K ranks training independently (no communication): what the machine "
                         "itself allows K processes, to tell the runtime's cost from contention")
+    p.add_argument("--lockstep", action="store_true",
+                   help="--mode jobs: also time K ranks that pass a barrier after every step but exchange no "
+                        "gradients: the ceiling of any synchronous data-parallel step on this machine "
+                        "(each rank's jitter becomes everyone's wait), to tell the reduction's cost from it")
     p.add_argument("--clean", type=float, default=0.05,
                    help="phases mode: also report phases during which other processes used at most this "
                         "share of the machine's CPUs (default 0.05)")
@@ -411,6 +437,7 @@ def main(argv=None) -> int:
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--phases-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-comm", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--lockstep-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.ranks < 2:
         p.error("--ranks must be at least 2")

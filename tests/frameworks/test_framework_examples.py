@@ -45,3 +45,17 @@ def test_keras_digits(tmp_path, ranks):
     assert res["test_accuracy"] >= 0.95, res
     assert res["identical"]
     assert r.stdout.count("Epoch 6/6") == 1, r.output
+
+
+def test_bench_scaling_reports_every_configuration(tmp_path):
+    """examples/bench_scaling.py --mode jobs with --independent and --lockstep (BENCHMARKS.md's
+    command, tiny): every configuration ran and the ratios are the ones reported."""
+    out = tmp_path / "scaling.json"
+    r = run(None, EXAMPLES / "bench_scaling.py", "--mode", "jobs", "--batch-size", "32", "--repeats", "1",
+            "--steps", "10", "--warmup", "2", "--independent", "--lockstep", "--json", str(out), timeout=240)
+    assert r.returncode == 0, r.output
+    res = read_json(out)
+    for key in ("median_1", "median_2", "median_independent", "median_lockstep"):
+        assert res[key] > 0, (key, res)
+    assert abs(res["efficiency_vs_lockstep"] - res["median_2"] / res["median_lockstep"]) < 1e-9
+    assert "ranks in lockstep (a barrier per step, no gradients exchanged)" in r.stdout
