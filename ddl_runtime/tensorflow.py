@@ -253,13 +253,10 @@ def _as_list(tensors: Any, what: str) -> list:
     return list(tensors)
 
 
-_OUTPUTS = RESULTS  # result memory, taken again once no tensor uses it (no page faults per step)
-
-
 def _host_copy(src: np.ndarray) -> np.ndarray:
     """The values in fresh aligned host memory that an in-place collective may overwrite
     (TensorFlow tensors are immutable).  allreduce_n needs no such copy: it runs out of place."""
-    out = _OUTPUTS.take(src.shape, src.dtype)
+    out = RESULTS.take(src.shape, src.dtype)  # the runtime's result pool (output_pool.RESULTS)
     np.copyto(out, src)
     return out
 
