@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
-from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -64,8 +63,8 @@ def slurm_example(slurm, tmp_path: Path, script: str, out: Path, *args: str, tim
            "--export", "TF_CPP_MIN_LOG_LEVEL=2", "--export", "DDL_STALL_SHUTDOWN_S=90",
            str(EXAMPLES / script), "--json", str(out), *args]
     try:
-        p = submit_waiting(lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                                  cwd=str(tmp_path), stdin=subprocess.DEVNULL), env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=str(tmp_path), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"wml submit did not finish within {timeout} s: {str(exc.stdout)[-2000:]}")
     result = json.loads(out.read_text()) if out.exists() else None

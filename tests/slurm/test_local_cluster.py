@@ -163,16 +163,30 @@ def _check_allreduce(text, nodes):
 
 
 def test_mpi4py_allreduce_under_srun_pmi2(local_slurm, tmp_path):
+    """pip's MPICH under srun --mpi=pmi2 (PMI-1 wire).  The cluster's task prolog gives every
+    task MPIR_CVAR_CH4_NETMOD=ofi, so MPI_Init publishes one short PMI-1 line per node and none
+    of UCX's ~4 KB business cards, cut into ~1 KB `-seg-k/9` lines, which Slurm's pmi2 plugin
+    sometimes read in two pieces on a loaded box (the job then hung in MPI_Init or aborted in
+    UCX).  A job that chooses its netmod keeps it."""
     pytest.importorskip("mpi4py", reason="mpi4py is needed (pip install 'wml[mpi]')")
     prog = tmp_path / "allreduce.py"
     prog.write_text(MPI_PROGRAM)
-    script = (f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 -o {tmp_path}/out-%j.txt\n"
-              f"srun --mpi=pmi2 {PY} {shlex.quote(str(prog))}\n")
+    script = (f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=2 -o {tmp_path}/out-%j.txt -e {tmp_path}/err-%j.txt\n"
+              f"PMI_DEBUG=1 srun --mpi=pmi2 {PY} {shlex.quote(str(prog))}\n"
+              f"srun bash -c 'echo NETMOD default=$MPIR_CVAR_CH4_NETMOD'\n"
+              f"MPIR_CVAR_CH4_NETMOD=ucx srun bash -c 'echo NETMOD chosen=$MPIR_CVAR_CH4_NETMOD'\n")
     job = local_slurm.sbatch(script, cwd=tmp_path)
     info = local_slurm.wait_done(job, timeout=90)
-    text = _read_until(tmp_path / f"out-{job}.txt", lambda t: len(_mpi_rows(t)) >= 4)
+    text = _read_until(tmp_path / f"out-{job}.txt", lambda t: t.count("NETMOD chosen=") >= 4)
     assert info["JobState"] == "COMPLETED", (info, text)
     _check_allreduce(text, local_slurm.nodes)
+    assert re.findall(r"NETMOD (\w+=\w*)", text).count("default=ofi") == 4, text
+    assert re.findall(r"NETMOD (\w+=\w*)", text).count("chosen=ucx") == 4, text
+    err = _read_until(tmp_path / f"err-{job}.txt", lambda t: "cmd=put " in t)
+    puts = [line for line in err.splitlines() if "cmd=put " in line]
+    assert puts, err[-3000:]
+    assert not [line for line in puts if "-seg-" in line], puts
+    assert "invalid client request" not in err
 
 
 def _mpiexec():

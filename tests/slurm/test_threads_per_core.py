@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 from helpers.job_output import ddlcheck_ranks
-from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-slurm"
@@ -98,9 +97,8 @@ def test_the_nodes_declare_two_threads_per_core(smt2_slurm):
 
 
 def test_wml_job_runs_on_smt2_nodes_and_each_rank_gets_its_cpus(smt2_slurm, smt2_env, run_wml, tmp_path):
-    proc = submit_waiting(lambda: run_wml("submit", "--site", "smt2-slurm", "--nodes", "2", "--ranks-per-node", "1",
-                                          "-t", "5", "--json", "--wait", str(PROGRAM), env=smt2_env, timeout=240),
-                          {**os.environ, **smt2_env})
+    proc = run_wml("submit", "--site", "smt2-slurm", "--nodes", "2", "--ranks-per-node", "1",
+                   "-t", "5", "--json", "--wait", str(PROGRAM), env=smt2_env, timeout=240)
     info = json.loads(proc.stdout.splitlines()[0])
     script = Path(info["script"]).read_text()
     assert "#SBATCH --cpus-per-task=2\n#SBATCH --threads-per-core=1\n" in script

@@ -12,14 +12,12 @@ slurmd, srun, ddlrun's shim, MPICH and ddl_runtime.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 from helpers.job_output import ddlcheck_ranks as ranks_of
 import yaml
-from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "tests" / "jobs" / "programs" / "ddl_check.py"
@@ -53,8 +51,8 @@ def sites(local_slurm, tmp_path):
 
 
 def submit(run_wml, env, site):
-    proc = submit_waiting(lambda: run_wml("submit", "--site", site, "--nodes", "2", "-t", "5", "-J", site, "--json",
-                                          "--wait", str(PROGRAM), env=env, timeout=240), {**os.environ, **env})
+    proc = run_wml("submit", "--site", site, "--nodes", "2", "-t", "5", "-J", site, "--json", "--wait", str(PROGRAM),
+                   env=env, timeout=240)
     assert "Traceback" not in proc.stderr, proc.stderr
     info = json.loads(proc.stdout.splitlines()[0])
     text = Path(info["output"]).read_text() if Path(info["output"]).exists() else ""

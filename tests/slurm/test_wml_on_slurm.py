@@ -23,7 +23,6 @@ from typing import Dict, List
 
 import pytest
 from helpers.job_output import ddlcheck_ranks as rank_lines
-from helpers.slurm_jobs import submit_waiting
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "tests" / "jobs" / "programs" / "ddl_check.py"
@@ -51,9 +50,7 @@ class Wml:
     def submit(self, *args: str, nodes=1, rpn=1, name="t", wait=False, env=None, timeout=180) -> subprocess.CompletedProcess:
         argv = ["submit", "--site", "local-slurm", "--nodes", str(nodes), "--ranks-per-node", str(rpn), "-t", "5",
                 "-J", name, "--json"] + (["--wait"] if wait else []) + list(args)
-        if not wait:
-            return self(*argv, env=env, timeout=timeout)
-        return submit_waiting(lambda: self(*argv, env=env, timeout=timeout), {**os.environ, **self.env, **(env or {})})
+        return self(*argv, env=env, timeout=timeout)
 
     def submitted(self, proc) -> dict:
         assert proc.returncode == 0 or "job_id" in proc.stdout, proc.stderr
