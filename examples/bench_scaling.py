@@ -1,17 +1,23 @@
 #!/usr/bin/env python
 """Training-scaling benchmark: samples/s of train_digits.py's training step, 1 rank vs N ranks.
 
-    python examples/bench_scaling.py                      # 1 vs 2 ranks, 5 interleaved repeats
-    python examples/bench_scaling.py --ranks 2 --repeats 7 --batch-size 64 --steps 600
+    python examples/bench_scaling.py --batch-size 32 --steps 200 --repeats 15 --independent --lockstep
+    python examples/bench_scaling.py --mode jobs --batch-size 32 --repeats 5 --independent
 
-Each measurement is a fresh ``mpiexec -n K`` job running the example's own step (forward,
-backward with the gradient reductions started from hooks, averaged SGD update) on the rank's
-shard of the digits data, one torch thread per rank and the same per-rank batch for every K
-(weak scaling).  After warm-up steps and a barrier, rank 0 times a fixed number of steps up to
-a closing barrier.  1-rank and K-rank jobs alternate (1,K then K,1, ...) so that noise from
-other work on the machine hits both alike; the report gives medians.
+Every configuration runs the example's own step (forward, backward with the gradient
+reductions started from hooks, averaged SGD update) on the rank's shard of the digits data,
+one torch thread per rank and the same per-rank batch for every K (weak scaling).
+
+--mode phases (default): ONE ``mpiexec -n K`` job alternates short phases, --repeats times
+each: rank 0 alone (the others sleep), K ranks training the distributed model, and with
+--independent / --lockstep K ranks training plain copies without / with a barrier per step.
+Phases of one repeat run back to back and swap order every repeat, so they see the same
+machine; the report gives medians and per-repeat ratios.  This is the low-noise form.
+
+--mode jobs: separate fresh jobs per configuration (1,K then K,1, ...), medians over repeats.
 
     scaling efficiency = median samples/s on K ranks / (K x median samples/s on 1 rank)
+    of independent ranks = K-rank phase / the K-independent phase of the same repeat
 """
 
 from __future__ import annotations
@@ -108,11 +114,15 @@ def wait_quiet(args: argparse.Namespace) -> float:
 
 
 def phases_worker(args: argparse.Namespace) -> int:
-    """One job of K ranks alternating two kinds of phase, --repeats times each:
+    """One job of K ranks alternating two (or three) kinds of phase, --repeats times each:
 
     - "1 rank": rank 0 trains a plain (non-distributed) copy of the model alone while the
       other ranks sleep (they poll a non-blocking MPI barrier every millisecond, so they
       leave the CPUs to it): what a single-process run gets from the machine at that moment;
+    - "K independent" (with --independent): every rank trains its own plain copy on its own
+      shard at the same time, exchanging nothing: what K processes get from the machine;
+    - "K in lockstep" (with --lockstep): as "K independent", plus a barrier after every step:
+      the ceiling of any synchronous data-parallel step on the machine;
     - "K ranks": every rank trains the distributed model (averaged gradients).
 
     Short phases alternating within one job see the same background load, so the ratio of
@@ -124,6 +134,7 @@ def phases_worker(args: argparse.Namespace) -> int:
     sys.path.insert(0, HERE)
     import train_digits
 
+    import ddl_runtime
     import ddl_runtime.torch as ddl
 
     torch.set_num_threads(1)
@@ -149,12 +160,14 @@ def phases_worker(args: argparse.Namespace) -> int:
     dist_model = train_digits.DigitsNet()
     dist_opt = ddl.DistributedOptimizer(
         torch.optim.SGD(dist_model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9),
-        named_parameters=dist_model.named_parameters())
+        named_parameters=dist_model.named_parameters(), gradient_as_bucket_view=args.gradient_as_bucket_view)
     ddl.broadcast_parameters(dist_model.state_dict(), root_rank=0)
     dist_batches = batches_for(rank, size)
     solo_model = train_digits.DigitsNet()
     solo_opt = torch.optim.SGD(solo_model.parameters(), lr=0.01, momentum=0.9)
     solo_batches = batches_for(0, 1)
+    own_model = train_digits.DigitsNet()  # --independent: this rank's plain copy, on its shard
+    own_opt = torch.optim.SGD(own_model.parameters(), lr=0.01, momentum=0.9)
 
     def solo(steps):
         for i in range(steps):
@@ -164,18 +177,35 @@ def phases_worker(args: argparse.Namespace) -> int:
         for i in range(steps):
             train_digits.train_step(dist_model, dist_opt, *dist_batches[i % len(dist_batches)])
 
+    def independent(steps):
+        for i in range(steps):
+            train_digits.train_step(own_model, own_opt, *dist_batches[i % len(dist_batches)])
+
+    def lockstep(steps):
+        for i in range(steps):
+            train_digits.train_step(own_model, own_opt, *dist_batches[i % len(dist_batches)])
+            ddl_runtime.barrier()
+
     if rank == 0:
         solo(args.warmup)
     together(args.warmup)
+    if args.independent or args.lockstep:
+        independent(args.warmup)
+    kinds = ("solo",) + (("independent",) if args.independent else ()) + (("lockstep",) if args.lockstep else ()) \
+        + ("all",)
     rows = []
     for rep in range(args.repeats):
-        for kind in (("solo", "all") if rep % 2 == 0 else ("all", "solo")):
+        for kind in (kinds if rep % 2 == 0 else tuple(reversed(kinds))):
             quiet_barrier()
             s0 = _busy_seconds()
             t0, c0 = time.perf_counter(), time.process_time()
             if kind == "solo":
                 if rank == 0:
                     solo(args.steps)
+            elif kind == "independent":
+                independent(args.steps)
+            elif kind == "lockstep":
+                lockstep(args.steps)
             else:
                 together(args.steps)
             c1 = time.process_time()
@@ -188,12 +218,13 @@ def phases_worker(args: argparse.Namespace) -> int:
             ours = comm.allreduce(time.process_time() - c0)  # every rank of this job, idle ones too
             # CPU time other processes used meanwhile, as a share of the whole machine
             other = max(0.0, (s1 - s0) - ours) / (elapsed * (os.cpu_count() or 1)) if s0 >= 0 else float("nan")
-            rows.append({"ranks": n, "seconds": elapsed, "samples_per_s": n * b * args.steps / elapsed,
+            rows.append({"kind": kind, "rep": rep, "ranks": n, "seconds": elapsed, "samples_per_s": n * b * args.steps / elapsed,
                          "step_ms": 1000 * elapsed / args.steps, "loadavg": os.getloadavg()[0],
                          "cpu_s": cpu, "samples_per_cpu_s": n * b * args.steps / cpu,
                          "other_share": other})
             if rank == 0:
-                print(f"phase {len(rows):3d}: {n} rank(s): {rows[-1]['samples_per_s']:9.0f} samples/s "
+                label = {"independent": f"{n} independent", "lockstep": f"{n} in lockstep"}.get(kind, f"{n} rank(s)")
+                print(f"phase {len(rows):3d}: {label}: {rows[-1]['samples_per_s']:9.0f} samples/s "
                       f"({rows[-1]['step_ms']:.2f} ms/step; other processes used {100 * other:.0f} % of the CPUs)",
                       flush=True)
     # the distributed model stayed in sync through all of it
@@ -216,8 +247,8 @@ def _busy_seconds() -> float:
 
 
 def _efficiencies(rows, k):
-    one = [r["samples_per_s"] for r in rows if r["ranks"] == 1]
-    many = [r["samples_per_s"] for r in rows if r["ranks"] == k]
+    one = [r["samples_per_s"] for r in rows if r["kind"] == "solo"]
+    many = [r["samples_per_s"] for r in rows if r["kind"] == "all"]
     if not one or not many:
         return None
     med1, medk = statistics.median(one), statistics.median(many)
@@ -234,7 +265,9 @@ def phases_driver(args: argparse.Namespace) -> int:
     os.close(fd)
     cmd = [mpiexec, "-n", str(k), sys.executable, os.path.abspath(__file__), "--phases-worker", "--worker", out,
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats)]
+           "--repeats", str(args.repeats)] + (["--independent"] if args.independent else []) \
+        + (["--lockstep"] if args.lockstep else []) \
+        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
     try:
         proc = subprocess.run(cmd, text=True, timeout=args.timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if proc.returncode != 0:
@@ -246,15 +279,23 @@ def phases_driver(args: argparse.Namespace) -> int:
     finally:
         os.unlink(out)
     rows = data["phases"]
-    one = [r["samples_per_s"] for r in rows if r["ranks"] == 1]
-    many = [r["samples_per_s"] for r in rows if r["ranks"] == k]
+    by_rep = {}
+    for r in rows:  # the phases of one repeat ran back to back
+        by_rep.setdefault(r["rep"], {})[r["kind"]] = r
+    reps = [by_rep[i] for i in sorted(by_rep)]
+
+    def speed(kind):
+        return [r["samples_per_s"] for r in rows if r["kind"] == kind]
+
+    def pair_ratios(kind, ref, scale, only_clean=False):
+        return [rep[kind]["samples_per_s"] / (scale * rep[ref]["samples_per_s"]) for rep in reps
+                if not only_clean or max(rep[kind]["other_share"], rep[ref]["other_share"]) <= args.clean]
+
+    one, many = speed("solo"), speed("all")
     med1, medk = statistics.median(one), statistics.median(many)
-    # adjacent phases (same repeat) as pairs
-    pairs = [rows[i + 1]["samples_per_s"] / (k * rows[i]["samples_per_s"]) if rows[i]["ranks"] == 1
-             else rows[i]["samples_per_s"] / (k * rows[i + 1]["samples_per_s"])
-             for i in range(0, len(rows) - 1, 2)]
-    cpu1 = statistics.median(r["samples_per_cpu_s"] for r in rows if r["ranks"] == 1)
-    cpuk = statistics.median(r["samples_per_cpu_s"] for r in rows if r["ranks"] == k)
+    pairs = pair_ratios("all", "solo", k)
+    cpu1 = statistics.median(r["samples_per_cpu_s"] for r in rows if r["kind"] == "solo")
+    cpuk = statistics.median(r["samples_per_cpu_s"] for r in rows if r["kind"] == "all")
     summary = {"mode": "phases", "samples_per_cpu_s_1": cpu1, f"samples_per_cpu_s_{k}": cpuk,
                "cpu_efficiency": cpuk / cpu1, "machine": machine(), "ranks": k, "batch_size": args.batch_size,
                "steps": args.steps, "repeats": args.repeats, "samples_per_s_1": one,
@@ -269,23 +310,50 @@ def phases_driver(args: argparse.Namespace) -> int:
           f"ranks in sync at the end: {data['max_divergence'] == 0.0}")
     print(f"CPU efficiency {100 * summary['cpu_efficiency']:.1f} % (samples per CPU-second: 1 rank "
           f"{cpu1:,.0f}, {k} ranks {cpuk:,.0f}; insensitive to how much CPU other work leaves us)")
+    if args.independent:
+        ind = speed("independent")
+        vs = pair_ratios("all", "independent", 1)
+        summary.update({"samples_per_s_independent": ind, "median_independent": statistics.median(ind),
+                        "efficiency_vs_independent": medk / statistics.median(ind),
+                        "pair_vs_independent_median": statistics.median(vs),
+                        "pair_vs_independent_range": [min(vs), max(vs)]})
+        print(f"{k} independent ranks (same job, no communication): median {summary['median_independent']:,.0f} "
+              f"samples/s; the runtime keeps {100 * summary['efficiency_vs_independent']:.1f} % of that "
+              f"(per-repeat median {100 * statistics.median(vs):.1f} %, range {100 * min(vs):.1f}-{100 * max(vs):.1f} %)")
+    if args.lockstep:
+        ls = speed("lockstep")
+        vs = pair_ratios("all", "lockstep", 1)
+        summary.update({"samples_per_s_lockstep": ls, "median_lockstep": statistics.median(ls),
+                        "efficiency_vs_lockstep": medk / statistics.median(ls),
+                        "pair_vs_lockstep_median": statistics.median(vs),
+                        "pair_vs_lockstep_range": [min(vs), max(vs)]})
+        line = (f"{k} ranks in lockstep (a barrier per step, no gradients exchanged): median "
+                f"{summary['median_lockstep']:,.0f} samples/s: any synchronous step gets at most that here")
+        if args.independent:
+            lvi = pair_ratios("lockstep", "independent", 1)
+            summary["pair_lockstep_vs_independent_median"] = statistics.median(lvi)
+            line += f" ({100 * statistics.median(lvi):.1f} % of independent ranks, per-repeat median)"
+        print(line + f"; the runtime keeps {100 * summary['efficiency_vs_lockstep']:.1f} % of it (per-repeat median "
+              f"{100 * statistics.median(vs):.1f} %, range {100 * min(vs):.1f}-{100 * max(vs):.1f} %)")
     clean_rows = [r for r in rows if r["other_share"] <= args.clean]
     clean = _efficiencies(clean_rows, k)
     summary["clean_threshold"] = args.clean
     summary["clean"] = clean
     summary["other_share"] = [r["other_share"] for r in rows]
-    clean_pairs = []
-    for i in range(0, len(rows) - 1, 2):  # the two phases of one repeat, back to back
-        a, c = rows[i], rows[i + 1]
-        solo_row, all_row = (a, c) if a["ranks"] == 1 else (c, a)
-        if max(a["other_share"], c["other_share"]) <= args.clean:
-            clean_pairs.append(all_row["samples_per_s"] / (k * solo_row["samples_per_s"]))
+    clean_pairs = pair_ratios("all", "solo", k, only_clean=True)
     summary["clean_pair_efficiencies"] = clean_pairs
     if clean_pairs:
         summary["clean_pair_efficiency_median"] = statistics.median(clean_pairs)
-        print(f"repeats whose two phases both ran clean: {len(clean_pairs)}; median scaling efficiency "
-              f"{100 * statistics.median(clean_pairs):.1f} % (range {100 * min(clean_pairs):.0f}-"
+        print(f"repeats whose 1-rank and {k}-rank phases both ran clean: {len(clean_pairs)}; median scaling "
+              f"efficiency {100 * statistics.median(clean_pairs):.1f} % (range {100 * min(clean_pairs):.0f}-"
               f"{100 * max(clean_pairs):.0f} %)")
+    if args.independent:
+        clean_vs = pair_ratios("all", "independent", 1, only_clean=True)
+        summary["clean_pair_vs_independent"] = clean_vs
+        if clean_vs:
+            print(f"repeats whose independent and {k}-rank phases both ran clean: {len(clean_vs)}; median "
+                  f"{100 * statistics.median(clean_vs):.1f} % of independent ranks (range "
+                  f"{100 * min(clean_vs):.0f}-{100 * max(clean_vs):.0f} %)")
     if clean:
         print(f"phases where other processes used at most {100 * args.clean:.0f} % of the CPUs: "
               f"{clean['phases_1']} x 1 rank, median {clean['median_1']:,.0f} samples/s; "
@@ -421,9 +489,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the summary here")
     p.add_argument("--independent", action="store_true",
                    help="also time K ranks training independently (no communication): what the machine "
-                        "itself allows K processes, to tell the runtime's cost from contention")
+                        "itself allows K processes, to tell the runtime's cost from contention (jobs mode: "
+                        "separate jobs; phases mode: phases of the same job, each next to a K-rank phase)")
     p.add_argument("--lockstep", action="store_true",
-                   help="--mode jobs: also time K ranks that pass a barrier after every step but exchange no "
+                   help="also time K ranks that pass a barrier after every step but exchange no "
                         "gradients: the ceiling of any synchronous data-parallel step on this machine "
                         "(each rank's jitter becomes everyone's wait), to tell the reduction's cost from it")
     p.add_argument("--clean", type=float, default=0.05,
@@ -433,7 +502,7 @@ def main(argv=None) -> int:
                    help="phases (default): one K-rank job alternating 1-rank and K-rank phases; "
                         "jobs: separate mpiexec -n 1 and -n K jobs, alternating")
     p.add_argument("--gradient-as-bucket-view", action="store_true",
-                   help="--mode jobs: DistributedOptimizer(gradient_as_bucket_view=True) (gradients in shared memory)")
+                   help="DistributedOptimizer(gradient_as_bucket_view=True) (gradients in shared memory)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--phases-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-comm", action="store_true", help=argparse.SUPPRESS)

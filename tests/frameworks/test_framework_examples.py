@@ -59,3 +59,27 @@ def test_bench_scaling_reports_every_configuration(tmp_path):
         assert res[key] > 0, (key, res)
     assert abs(res["efficiency_vs_lockstep"] - res["median_2"] / res["median_lockstep"]) < 1e-9
     assert "ranks in lockstep (a barrier per step, no gradients exchanged)" in r.stdout
+
+
+def test_bench_scaling_phases_with_independent_ranks(tmp_path):
+    """examples/bench_scaling.py's default phases mode with --independent and --lockstep (tiny,
+    gradients in shared memory): one 2-rank job alternating 1-rank, 2-independent, 2-lockstep
+    and 2-rank phases; the per-repeat ratios are the reported ones and the distributed model
+    ends in sync."""
+    out = tmp_path / "scaling.json"
+    r = run(None, EXAMPLES / "bench_scaling.py", "--batch-size", "32", "--repeats", "3", "--steps", "10",
+            "--warmup", "2", "--independent", "--lockstep", "--gradient-as-bucket-view", "--json", str(out),
+            timeout=240)
+    assert r.returncode == 0, r.output
+    res = read_json(out)
+    assert res["max_divergence"] == 0.0
+    assert len(res["samples_per_s_1"]) == len(res["samples_per_s_2"]) == len(res["samples_per_s_independent"]) == 3
+    assert all(v > 0 for v in res["samples_per_s_independent"])
+    ratios = sorted(m / i for m, i in zip(res["samples_per_s_2"], res["samples_per_s_independent"]))
+    assert abs(res["pair_vs_independent_median"] - ratios[1]) < 1e-9
+    assert res["pair_vs_independent_range"] == [ratios[0], ratios[-1]]
+    assert len(res["samples_per_s_lockstep"]) == 3
+    ratios = sorted(m / i for m, i in zip(res["samples_per_s_2"], res["samples_per_s_lockstep"]))
+    assert abs(res["pair_vs_lockstep_median"] - ratios[1]) < 1e-9
+    assert "independent ranks (same job, no communication)" in r.stdout
+    assert "ranks in lockstep (a barrier per step, no gradients exchanged)" in r.stdout
