@@ -451,9 +451,9 @@ def _reduce(rt, refs: Sequence[TensorRef], op: str, hierarchical: bool, results:
             if r.out is not None:
                 np.copyto(r.out, r.flat)
         return Handle(rt.engine, results, 0)
-    if shm and rt.shm is not None:
-        rt.shm.allreduce(refs, op, float(rt.size) if op == "avg" else None, rt.timeline)
-        return Handle(rt.engine, results, 0)
+    if shm and rt.shm is not None and rt.shm.allreduce(refs, op, float(rt.size) if op == "avg" else None,
+                                                       rt.timeline):
+        return Handle(rt.engine, results, 0)  # else no room in /dev/shm for the arena: the MPI path
     key = (tuple((r.numel, r.dtype) for r in refs), rt.fusion_bytes)
     specs = rt.plans.get(key)
     if specs is None:
@@ -579,7 +579,10 @@ def shared_zeros(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     if rt.shm is None:
         return np.zeros(dims, dt)
     nbytes = math.prod(dims) * dt.itemsize
-    return rt.shm.heap.allocate(nbytes)[:nbytes].view(dt).reshape(dims)
+    root = rt.shm.heap.allocate(nbytes)
+    if root is None:  # no room in /dev/shm (every rank alike; said once): ordinary memory
+        return np.zeros(dims, dt)
+    return root[:nbytes].view(dt).reshape(dims)
 
 
 def _check_root(rt, root: Any, what: str) -> None:

@@ -40,6 +40,14 @@ who has not arrived and aborts on DDL_STALL_SHUTDOWN_S or when a rank leaves.
 MPICH unlinks the file behind a shared window once every rank has mapped it, so the memory goes
 when the processes end and a crashed job leaves nothing in /dev/shm (tests/runtime/test_shm.py
 checks the mappings and a crash); `ShmGroup.free()` (finalize) releases it earlier.
+
+/dev/shm is a tmpfs whose size may be far below the node's memory (64 MB in a default Docker or
+Kubernetes container): a window larger than its free space maps fine and then kills the rank
+with SIGBUS on the first touch of a page past the end.  So every window that grows (the arena,
+heap segments, result regions) first asks `ShmGroup.room_for` (collective over the host's
+ranks: the least free space any of them sees, so they all decide alike).  Without room the
+arena's reductions take the MPI path, `shared_zeros` hands out ordinary memory and results go
+to private memory; the host's first rank says so once, with the sizes.
 """
 from __future__ import annotations
 
@@ -66,6 +74,8 @@ ALIGN = 64
 MIN_ARENA = 1 << 20
 CHUNK_BYTES = 1 << 20  # per rank and round: what a round touches stays in the caches
 SMALL_BYTES = 256 << 10  # up to this much (one dtype, not widened) takes the one-barrier path
+SHM_DIR = "/dev/shm"  # where MPICH's shared windows live
+SHM_HEADROOM = 8 << 20  # free space a new window must leave (MPICH's rounding, its own segments)
 SPIN_BEFORE_YIELD_S = 20e-6
 NAP_AFTER_S = 2e-3  # then short sleeps: a loaded or oversubscribed host needs the core back
 SLEEP_AFTER_S = 1.0
@@ -174,6 +184,7 @@ class ShmGroup:
         self.small_arenas = [self._query(self.small_win, r, np.uint8) for r in range(self.size)]
         self.small_sum = aligned_bytes(SMALL_BYTES)
         self.small_views: Dict[tuple, tuple] = {}
+        self.no_room_said: set = set()  # what has been told about a full /dev/shm (once each)
         self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
         self.results = SharedResults(self.heap)  # out-of-place results that peers write directly
         self.ctl_win.Sync()
@@ -233,12 +244,38 @@ class ShmGroup:
         finally:
             watchdog.waiting_since = None
 
+    # -- room in /dev/shm -----------------------------------------------------------------
+    def room_for(self, nbytes: int, what: str, instead: str, reclaim: int = 0, say: bool = True) -> bool:
+        """Whether a window of `nbytes` per rank fits in /dev/shm on this host, `reclaim` bytes
+        per rank being freed first (collective over the host's ranks, who all get the same
+        answer).  When it does not (and `say`), the host's first rank says once per `what` what
+        happens `instead`."""
+        try:
+            st = os.statvfs(SHM_DIR)
+            free = st.f_bavail * st.f_frsize
+        except OSError:  # no /dev/shm to measure: MPICH put the window elsewhere
+            free = -1
+        least = self.comm.allreduce(free, op=MPI.MIN)
+        need = (nbytes - reclaim) * self.size + SHM_HEADROOM
+        if least < 0 or least >= need:
+            return True
+        if say and self.rank == 0 and what not in self.no_room_said:
+            self.no_room_said.add(what)
+            log(f"{SHM_DIR} has {least / 2**20:.0f} MB free; {what} of {nbytes / 2**20:.0f} MB per rank "
+                f"({self.size} ranks on this host) does not fit, so {instead}. Give the job more shared "
+                f"memory (e.g. docker run --shm-size, a larger {SHM_DIR} mount) or set DDL_SHM=0")
+        return False
+
     # -- the data arena -------------------------------------------------------------------
-    def ensure(self, nbytes: int) -> None:
-        """Grow every rank's arena to at least `nbytes` (collective: call with the same size)."""
+    def ensure(self, nbytes: int) -> bool:
+        """Grow every rank's arena to at least `nbytes` (collective: call with the same size);
+        False, leaving the arena as it is, when /dev/shm has no room for it."""
         if nbytes <= self.capacity:
-            return
+            return True
         capacity = max(MIN_ARENA, nbytes, 2 * self.capacity)
+        if not self.room_for(capacity, "an arena", "reductions that need it take the MPI path",
+                             reclaim=self.capacity):
+            return False
         self._free_data()
         self.data_win = MPI.Win.Allocate_shared(capacity, 1, comm=self.comm)
         self.data_win.Lock_all(MPI.MODE_NOCHECK)
@@ -246,6 +283,7 @@ class ShmGroup:
         self.capacity = capacity
         self.generation += 1
         self.plans.clear()
+        return True
 
     def _free_data(self) -> None:
         if self.data_win is not None:
@@ -271,13 +309,15 @@ class ShmGroup:
         self.ctl_win.Free()
         self.comm.Free()
 
-    def compiled(self, refs: Sequence[TensorRef]) -> "Compiled":
-        """The plan for these tensors with every arena view it needs made once (cached)."""
+    def compiled(self, refs: Sequence[TensorRef]) -> Optional["Compiled"]:
+        """The plan for these tensors with every arena view it needs made once (cached); None
+        when the arena cannot grow to hold them (no room in /dev/shm: every rank alike)."""
         key = tuple((r.numel, r.dtype) for r in refs)
         cached = self.plans.get(key)
         if cached is None or cached.generation != self.generation:
             shm_plan = plan(refs, self.size, self.rank)
-            self.ensure(shm_plan.nbytes)
+            if not self.ensure(shm_plan.nbytes):
+                return None
             if len(self.plans) > 256:
                 self.plans.clear()
             cached = self.plans[key] = Compiled(shm_plan, self, [r.widened for r in refs])
@@ -347,16 +387,19 @@ class ShmGroup:
         bounds = np.cumsum((0,) + sizes).tolist()
         return packed, total, tuple(total[a:b] for a, b in zip(bounds, bounds[1:]))
 
-    def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> None:
+    def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> bool:
         """Reduce `refs` across the host's ranks (call right after an agreement): in place, or into
         each ref's `out` when set (the source is then only read, and no extra copy is made).
+        False, nothing reduced, when the arena has no room for them (every rank alike).
 
         With an enabled timeline: PACK (publishing the first round), ALLREDUCE (the rounds,
         algorithm "shm") and UNPACK (gathering the last round) spans.
         """
         c = self.compiled(refs)
+        if c is None:
+            return False
         if not c.rounds:
-            return
+            return True
         t0 = time.perf_counter()
         ufunc = UFUNCS[op]
         flats = [r.flat for r in refs]  # read only: an out-of-place ref's results go to its `out`
@@ -389,6 +432,7 @@ class ShmGroup:
                                                          "rounds": len(c.rounds),
                                                          "dtype": ",".join(g.dtype.name for g in c.plan.groups)})
             timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
+        return True
 
 
 @dataclass

@@ -40,6 +40,8 @@ from .buffers import TensorRef
 from .timeline import TID_MPI
 
 SEGMENT_BYTES = 64 << 20
+NO_ROOM = {"shared_zeros": "shared_zeros hands out ordinary memory (reduced through the arena or MPI)",
+           "results": "out-of-place results go to private memory"}
 ALIGN = 64
 PIECE_BYTES = 1 << 20
 UFUNCS = {"sum": np.add, "avg": np.add}
@@ -66,12 +68,18 @@ class SharedHeap:
         self.views: Dict[tuple, tuple] = {}
         self.kept: List[Segment] = []  # windows left mapped at finalize (their arrays outlived it)
 
-    def allocate(self, nbytes: int, purpose: str = "shared_zeros") -> np.ndarray:
-        """Zeroed bytes at the same (segment, offset) on every rank (collective, same sizes in order)."""
+    def allocate(self, nbytes: int, purpose: str = "shared_zeros") -> Optional[np.ndarray]:
+        """Zeroed bytes at the same (segment, offset) on every rank (collective, same sizes in
+        order); None on every rank when a new segment would not fit in /dev/shm."""
         nbytes = -(-max(nbytes, 1) // ALIGN) * ALIGN
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg.used + nbytes > seg.size:
             size = max(SEGMENT_BYTES, nbytes)
+            what = f"shared memory for {purpose}"
+            if not self.group.room_for(size, what, NO_ROOM[purpose], say=size == nbytes):
+                if size == nbytes or not self.group.room_for(nbytes, what, NO_ROOM[purpose]):
+                    return None
+                size = nbytes  # a small /dev/shm: a segment of just this size
             win = MPI.Win.Allocate_shared(size, 1, comm=self.group.comm)
             win.Lock_all(MPI.MODE_NOCHECK)
             parts = [np.frombuffer(win.Shared_query(r)[0], dtype=np.uint8) for r in range(self.group.size)]
@@ -88,10 +96,12 @@ class SharedHeap:
         seg.handed.append((weakref.ref(root), purpose))  # every view made from it keeps `root` alive
         return root
 
-    def allocate_everywhere(self, nbytes: int, purpose: str) -> List[np.ndarray]:
+    def allocate_everywhere(self, nbytes: int, purpose: str) -> Optional[List[np.ndarray]]:
         """allocate(nbytes) (collective), returned as every rank's bytes at that offset; mine is
-        the root that the heap watches (see free)."""
+        the root that the heap watches (see free).  None where allocate gives None."""
         root = self.allocate(nbytes, purpose)
+        if root is None:
+            return None
         i, offset = self.locate(root)
         parts = self.segments[i].parts
         return [root if r == self.group.rank else part[offset:offset + root.nbytes] for r, part in enumerate(parts)]

@@ -21,8 +21,9 @@ kept per layout (dtype, sizes) and reused once nothing refers to the results any
 moments, so each rank picks its own free region and publishes its index with the barrier;
 every rank's list of regions for a layout is the same, because regions are only ever added
 collectively: when any rank has none free, every rank adds one (an extra barrier then, as the
-ranks that had none copy in after it).  Past RESULT_BYTES regions in all, a call that would
-need a new one takes the arena path into private memory instead (all ranks decide that alike).
+ranks that had none copy in after it).  Past RESULT_BYTES regions in all, or
+when /dev/shm has no room for one more (ShmGroup.room_for), a call that would need a new one
+takes the arena path into private memory instead (all ranks decide that alike).
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ class SharedResults:
 
         Returns the region's flat array (results at packed_layout offsets), False when the ranks'
         digests differ (nothing reduced), or None when the results would need more shared memory
-        than RESULT_BYTES: the agreement has then happened and the caller reduces elsewhere."""
+        than RESULT_BYTES or /dev/shm has: the agreement has then happened and the caller reduces elsewhere."""
         group = self.group
         dtype, sizes = key
         regions = self.regions.setdefault(key, [])
@@ -101,10 +102,11 @@ class SharedResults:
         picks = group.words()
         if min(picks) < 0:  # someone had no free region: every rank adds one, alike
             nbytes = packed_layout(sizes, dtype.itemsize)[1] * dtype.itemsize
-            if self.kept_bytes + nbytes > RESULT_BYTES:
+            parts = self.heap.allocate_everywhere(nbytes, "results") if self.kept_bytes + nbytes <= RESULT_BYTES else None
+            if parts is None:  # past the cap, or no room in /dev/shm: every rank alike
                 self._release(regions, pick)
                 return None
-            regions.append(Region(self.heap.allocate_everywhere(nbytes, "results")))
+            regions.append(Region(parts))
             self.kept_bytes += nbytes
             added = len(regions) - 1
             picks = [added if p < 0 else p for p in picks]

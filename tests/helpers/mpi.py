@@ -36,11 +36,12 @@ def openmpi_available() -> bool:
 
 
 def run_script(n: int, script: Path, *args: str, env: dict | None = None, timeout: float = 90,
-               mpi: str = "mpich", foreign: Sequence[str] = FOREIGN, result: Type[J] = MpiJob) -> J:
+               mpi: str = "mpich", foreign: Sequence[str] = FOREIGN, result: Type[J] = MpiJob,
+               prefix: Sequence[str] = ()) -> J:
     """Run ``python script args`` on n ranks from the repository root, as ``result``.
 
     mpi="mpich": pip's MPICH wheel.  mpi="openmpi": Debian's Open MPI, with mpi4py pointed at
-    its libmpi at run time.
+    its libmpi at run time.  `prefix` runs the launcher under another command (e.g. unshare).
     """
     environment = {k: v for k, v in os.environ.items() if not k.startswith(tuple(foreign))}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environment.get("PYTHONPATH")]))
@@ -54,7 +55,7 @@ def run_script(n: int, script: Path, *args: str, env: dict | None = None, timeou
         assert mpiexec, "mpiexec not found: install the mpich wheel (pip install mpich)"
         launcher = [mpiexec]
     environment.update(env or {})
-    cmd = [*launcher, "-n", str(n), sys.executable, str(script), *args]
+    cmd = [*prefix, *launcher, "-n", str(n), sys.executable, str(script), *args]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
     return result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)

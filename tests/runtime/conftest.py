@@ -33,9 +33,10 @@ class MpiResult(MpiJob):
 
 
 def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90,
-           mpi: str = "mpich") -> MpiResult:
+           mpi: str = "mpich", prefix: tuple = ()) -> MpiResult:
     """Run mpi_scripts/<script> on n ranks; DDL_* (and launcher) variables come only from `env`."""
-    return run_script(n, SCRIPTS / script, *args, env=env, timeout=timeout, mpi=mpi, result=MpiResult)
+    return run_script(n, SCRIPTS / script, *args, env=env, timeout=timeout, mpi=mpi, result=MpiResult,
+                      prefix=prefix)
 
 
 @pytest.fixture

@@ -159,3 +159,37 @@ def test_one_rank_is_the_identity_and_finalize_destroys_the_process_group_it_cre
     proc = subprocess.run([sys.executable, "-c", SINGLE], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-2000:]
     assert "destroy_process_group" not in proc.stderr
+
+
+SMALL_DEV_SHM = "32m"  # MPICH's own segments take ~10 MB of it for 2 ranks
+
+
+def _small_dev_shm_prefix():
+    """A private mount namespace with a SMALL_DEV_SHM tmpfs on /dev/shm (as a default Docker or
+    Kubernetes container has: 64 MB), for the command that follows."""
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size={SMALL_DEV_SHM} tmpfs /dev/shm"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small /dev/shm in a private namespace (needs root): {probe.stderr.strip()}")
+    return ("unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={SMALL_DEV_SHM} tmpfs /dev/shm && exec "$@"', "sh")
+
+
+def test_a_small_dev_shm_falls_back_with_one_line_instead_of_sigbus(run_mpi):
+    """/dev/shm smaller than the job's buffers: a window past its free space would map and then
+    kill the rank with SIGBUS.  The arena, shared_zeros and result regions check the room
+    first (all ranks alike), reduce through MPI / ordinary memory with the right values, and
+    the host's first rank says so once per kind; what fits still uses shared memory."""
+    result = run_mpi(2, "small_devshm_job.py", prefix=_small_dev_shm_prefix(), timeout=180)
+    assert "Bus error" not in result.stdout + result.stderr
+    summary = _summary(result, 2)
+    for s in summary:
+        assert s["arena_after_big"] < 32 << 20, s  # never grown to hold the 32 MB tensor
+        assert s["arena_now"] >= 2 << 20, s  # the 2 MB one did get an arena
+        assert not s["big_shared_zeros_in_heap"] and not s["results_in_heap"], s
+        assert s["small_shared_zeros_in_heap"], s
+    said = [line for line in result.stderr.splitlines() if "/dev/shm has" in line]
+    assert len(said) == 3, result.stderr[-3000:]
+    assert all(line.startswith("ddl_runtime: rank 0/2: /dev/shm has ") and "does not fit" in line
+               and "DDL_SHM=0" in line for line in said), said
+    assert [k for k in ("an arena of", "for shared_zeros of", "for results of") if any(k in line for line in said)] \
+        == ["an arena of", "for shared_zeros of", "for results of"], said

@@ -1,0 +1,59 @@
+"""A one-host job whose /dev/shm is too small for its big buffers (run under a small tmpfs):
+every path that would grow shared memory falls back, with the right values, instead of dying of
+SIGBUS.  Prints one SUMMARY line (rank 0) with every rank's findings."""
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+import ddl_runtime
+from ddl_runtime import runtime as _rt
+
+ddl_runtime.init()
+rt = _rt.current()
+r, n = ddl_runtime.rank(), ddl_runtime.size()
+failures = []
+BIG = 8 << 20  # float32 elements: 32 MB per rank, more than the test's /dev/shm holds for 2 ranks
+
+
+def expect(what, got, want):
+    if not np.array_equal(got, want):
+        failures.append(f"{what}: got {got[:3]} ... want {want[:3]} ...")
+
+
+# the arena cannot grow: the MPI path reduces
+x = np.full(BIG, r + 1, np.float32)
+ddl_runtime.allreduce_n([x], op="sum")
+expect("arena fallback", x, np.full(BIG, n * (n + 1) / 2, np.float32))
+arena_after_big = rt.shm.capacity
+
+# shared_zeros: ordinary memory, reduced right
+g = ddl_runtime.shared_zeros(BIG, np.float32)
+g[:] = r + 1
+in_heap = rt.shm.heap.locate(g) is not None
+ddl_runtime.allreduce_n([g], op="avg")
+expect("shared_zeros fallback", g, np.full(BIG, (n + 1) / 2, np.float32))
+
+# out-of-place results: private memory
+src = np.full(BIG, r + 1.0, np.float32)
+flat, outs = ddl_runtime.allreduce_n_fresh([src], op="sum")
+expect("results fallback", outs[0], np.full(BIG, n * (n + 1) / 2, np.float32))
+expect("results source untouched", src, np.full(BIG, r + 1.0, np.float32))
+results_in_heap = rt.shm.heap.locate(outs[0].reshape(-1)) is not None
+
+# what fits still goes through shared memory: a 2 MB arena, a small heap array
+y = np.full(1 << 19, r + 1, np.float32)
+ddl_runtime.allreduce_n([y], op="sum")
+expect("small arena", y, np.full(1 << 19, n * (n + 1) / 2, np.float32))
+h = ddl_runtime.shared_zeros(1024, np.float32)
+h[:] = r
+ddl_runtime.allreduce_n([h], op="sum")
+expect("small heap array", h, np.full(1024, n * (n - 1) / 2, np.float32))
+
+mine = {"rank": r, "failures": failures, "arena_after_big": arena_after_big, "arena_now": rt.shm.capacity,
+        "big_shared_zeros_in_heap": in_heap, "results_in_heap": results_in_heap,
+        "small_shared_zeros_in_heap": rt.shm.heap.locate(h) is not None}
+everyone = MPI.COMM_WORLD.allgather(mine)
+if r == 0:
+    print("SUMMARY " + json.dumps(everyone), flush=True)
+ddl_runtime.finalize()
