@@ -273,9 +273,11 @@ class ShmGroup:
         if nbytes <= self.capacity:
             return True
         capacity = max(MIN_ARENA, nbytes, 2 * self.capacity)
-        if not self.room_for(capacity, "an arena", "reductions that need it take the MPI path",
-                             reclaim=self.capacity):
-            return False
+        what, instead = "an arena", "reductions that need it take the MPI path"
+        if not self.room_for(capacity, what, instead, reclaim=self.capacity, say=capacity == nbytes):
+            if capacity == nbytes or not self.room_for(nbytes, what, instead, reclaim=self.capacity):
+                return False
+            capacity = nbytes  # no room to double: just what this plan needs
         self._free_data()
         self.data_win = MPI.Win.Allocate_shared(capacity, 1, comm=self.comm)
         self.data_win.Lock_all(MPI.MODE_NOCHECK)

@@ -187,6 +187,8 @@ def test_a_small_dev_shm_falls_back_with_one_line_instead_of_sigbus(run_mpi):
         assert s["arena_now"] >= 2 << 20, s  # the 2 MB one did get an arena
         assert not s["big_shared_zeros_in_heap"] and not s["results_in_heap"], s
         assert s["small_shared_zeros_in_heap"], s
+        before, after, needed = s["exact_growth"]  # doubling did not fit; what the call needed did
+        assert needed <= after < 2 * before, s
     said = [line for line in result.stderr.splitlines() if "/dev/shm has" in line]
     assert len(said) == 3, result.stderr[-3000:]
     assert all(line.startswith("ddl_runtime: rank 0/2: /dev/shm has ") and "does not fit" in line

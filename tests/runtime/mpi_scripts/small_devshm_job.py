@@ -45,6 +45,24 @@ results_in_heap = rt.shm.heap.locate(outs[0].reshape(-1)) is not None
 y = np.full(1 << 19, r + 1, np.float32)
 ddl_runtime.allreduce_n([y], op="sum")
 expect("small arena", y, np.full(1 << 19, n * (n + 1) / 2, np.float32))
+# no room to double the arena, room for what the call needs: the arena grows to just that
+import os  # noqa: E402
+from ddl_runtime import shm as shm_module  # noqa: E402
+
+st = os.statvfs(shm_module.SHM_DIR)
+free = MPI.COMM_WORLD.allreduce(st.f_bavail * st.f_frsize, op=MPI.MIN)
+cur = rt.shm.capacity
+spare = (free - shm_module.SHM_HEADROOM) // n  # per rank, beyond the current arena
+grow_to = (cur + spare - (512 << 10)) // 4 * 4  # fits exactly; doubling it later will not
+z = np.full(grow_to // 4, r + 1, np.float32)
+ddl_runtime.allreduce_n([z], op="sum")
+expect("arena grown to fit", z, np.full(grow_to // 4, n * (n + 1) / 2, np.float32))
+before_exact = rt.shm.capacity
+w = np.full((before_exact + (256 << 10)) // 4, r + 1, np.float32)
+ddl_runtime.allreduce_n([w], op="sum")
+expect("arena grown exactly", w, np.full(w.size, n * (n + 1) / 2, np.float32))
+exact_growth = (before_exact, rt.shm.capacity, w.nbytes)
+
 h = ddl_runtime.shared_zeros(1024, np.float32)
 h[:] = r
 ddl_runtime.allreduce_n([h], op="sum")
@@ -52,7 +70,7 @@ expect("small heap array", h, np.full(1024, n * (n - 1) / 2, np.float32))
 
 mine = {"rank": r, "failures": failures, "arena_after_big": arena_after_big, "arena_now": rt.shm.capacity,
         "big_shared_zeros_in_heap": in_heap, "results_in_heap": results_in_heap,
-        "small_shared_zeros_in_heap": rt.shm.heap.locate(h) is not None}
+        "small_shared_zeros_in_heap": rt.shm.heap.locate(h) is not None, "exact_growth": exact_growth}
 everyone = MPI.COMM_WORLD.allgather(mine)
 if r == 0:
     print("SUMMARY " + json.dumps(everyone), flush=True)
