@@ -169,22 +169,23 @@ def phases_worker(args: argparse.Namespace) -> int:
     own_model = train_digits.DigitsNet()  # --independent: this rank's plain copy, on its shard
     own_opt = torch.optim.SGD(own_model.parameters(), lr=0.01, momentum=0.9)
 
-    def solo(steps):
+    def train(model, opt, batches, steps, barrier=False):
         for i in range(steps):
-            train_digits.train_step(solo_model, solo_opt, *solo_batches[i % len(solo_batches)])
+            train_digits.train_step(model, opt, *batches[i % len(batches)])
+            if barrier:
+                ddl_runtime.barrier()
+
+    def solo(steps):
+        train(solo_model, solo_opt, solo_batches, steps)
 
     def together(steps):
-        for i in range(steps):
-            train_digits.train_step(dist_model, dist_opt, *dist_batches[i % len(dist_batches)])
+        train(dist_model, dist_opt, dist_batches, steps)
 
     def independent(steps):
-        for i in range(steps):
-            train_digits.train_step(own_model, own_opt, *dist_batches[i % len(dist_batches)])
+        train(own_model, own_opt, dist_batches, steps)
 
     def lockstep(steps):
-        for i in range(steps):
-            train_digits.train_step(own_model, own_opt, *dist_batches[i % len(dist_batches)])
-            ddl_runtime.barrier()
+        train(own_model, own_opt, dist_batches, steps, barrier=True)
 
     if rank == 0:
         solo(args.warmup)
@@ -310,31 +311,28 @@ def phases_driver(args: argparse.Namespace) -> int:
           f"ranks in sync at the end: {data['max_divergence'] == 0.0}")
     print(f"CPU efficiency {100 * summary['cpu_efficiency']:.1f} % (samples per CPU-second: 1 rank "
           f"{cpu1:,.0f}, {k} ranks {cpuk:,.0f}; insensitive to how much CPU other work leaves us)")
+    def against(ref):
+        """The K-rank phases against the `ref` phases: medians and per-repeat ratios, into summary."""
+        speeds, vs = speed(ref), pair_ratios("all", ref, 1)
+        summary.update({f"samples_per_s_{ref}": speeds, f"median_{ref}": statistics.median(speeds),
+                        f"efficiency_vs_{ref}": medk / statistics.median(speeds),
+                        f"pair_vs_{ref}_median": statistics.median(vs), f"pair_vs_{ref}_range": [min(vs), max(vs)]})
+        return (f"the runtime keeps {100 * summary[f'efficiency_vs_{ref}']:.1f} % of it (per-repeat median "
+                f"{100 * statistics.median(vs):.1f} %, range {100 * min(vs):.1f}-{100 * max(vs):.1f} %)")
+
     if args.independent:
-        ind = speed("independent")
-        vs = pair_ratios("all", "independent", 1)
-        summary.update({"samples_per_s_independent": ind, "median_independent": statistics.median(ind),
-                        "efficiency_vs_independent": medk / statistics.median(ind),
-                        "pair_vs_independent_median": statistics.median(vs),
-                        "pair_vs_independent_range": [min(vs), max(vs)]})
+        kept = against("independent")
         print(f"{k} independent ranks (same job, no communication): median {summary['median_independent']:,.0f} "
-              f"samples/s; the runtime keeps {100 * summary['efficiency_vs_independent']:.1f} % of that "
-              f"(per-repeat median {100 * statistics.median(vs):.1f} %, range {100 * min(vs):.1f}-{100 * max(vs):.1f} %)")
+              f"samples/s; {kept}")
     if args.lockstep:
-        ls = speed("lockstep")
-        vs = pair_ratios("all", "lockstep", 1)
-        summary.update({"samples_per_s_lockstep": ls, "median_lockstep": statistics.median(ls),
-                        "efficiency_vs_lockstep": medk / statistics.median(ls),
-                        "pair_vs_lockstep_median": statistics.median(vs),
-                        "pair_vs_lockstep_range": [min(vs), max(vs)]})
+        kept = against("lockstep")
         line = (f"{k} ranks in lockstep (a barrier per step, no gradients exchanged): median "
                 f"{summary['median_lockstep']:,.0f} samples/s: any synchronous step gets at most that here")
         if args.independent:
             lvi = pair_ratios("lockstep", "independent", 1)
             summary["pair_lockstep_vs_independent_median"] = statistics.median(lvi)
             line += f" ({100 * statistics.median(lvi):.1f} % of independent ranks, per-repeat median)"
-        print(line + f"; the runtime keeps {100 * summary['efficiency_vs_lockstep']:.1f} % of it (per-repeat median "
-              f"{100 * statistics.median(vs):.1f} %, range {100 * min(vs):.1f}-{100 * max(vs):.1f} %)")
+        print(f"{line}; {kept}")
     clean_rows = [r for r in rows if r["other_share"] <= args.clean]
     clean = _efficiencies(clean_rows, k)
     summary["clean_threshold"] = args.clean
