@@ -36,13 +36,12 @@ import numpy as np
 
 from .buffers import TensorRef
 from .output_pool import ALIGN, packed_layout
+from .shm_heap import PIECE_BYTES, UFUNCS
 from .timeline import TID_HOST, TID_MPI
 
 RESULT_BYTES = 2 << 30  # shared memory kept for results, every layout together
 MIN_BYTES = 256 << 10  # smaller calls take the one-barrier small path (shm.SMALL_BYTES)
-PIECE_BYTES = 1 << 20
 DTYPES = ("float32", "float64", "int32", "int64")
-UFUNCS = {"sum": np.add, "avg": np.add}
 
 
 @dataclass

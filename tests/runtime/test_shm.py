@@ -168,7 +168,7 @@ def _small_dev_shm_prefix():
     """A private mount namespace with a SMALL_DEV_SHM tmpfs on /dev/shm (as a default Docker or
     Kubernetes container has: 64 MB), for the command that follows."""
     probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size={SMALL_DEV_SHM} tmpfs /dev/shm"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a small /dev/shm in a private namespace (needs root): {probe.stderr.strip()}")
     return ("unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={SMALL_DEV_SHM} tmpfs /dev/shm && exec "$@"', "sh")

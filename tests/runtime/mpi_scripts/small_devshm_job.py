@@ -2,12 +2,14 @@
 every path that would grow shared memory falls back, with the right values, instead of dying of
 SIGBUS.  Prints one SUMMARY line (rank 0) with every rank's findings."""
 import json
+import os
 
 import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime
 from ddl_runtime import runtime as _rt
+from ddl_runtime import shm as shm_module
 
 ddl_runtime.init()
 rt = _rt.current()
@@ -46,9 +48,6 @@ y = np.full(1 << 19, r + 1, np.float32)
 ddl_runtime.allreduce_n([y], op="sum")
 expect("small arena", y, np.full(1 << 19, n * (n + 1) / 2, np.float32))
 # no room to double the arena, room for what the call needs: the arena grows to just that
-import os  # noqa: E402
-from ddl_runtime import shm as shm_module  # noqa: E402
-
 st = os.statvfs(shm_module.SHM_DIR)
 free = MPI.COMM_WORLD.allreduce(st.f_bavail * st.f_frsize, op=MPI.MIN)
 cur = rt.shm.capacity
