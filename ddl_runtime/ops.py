@@ -313,7 +313,7 @@ def allreduce_n_fresh(tensors: Sequence[Any], op: str = "sum", mpi: bool = False
         raise_mismatch(f"{described} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
     if flat is None:  # agreed, but no shared memory left for results: reduce into private memory
         flat, outs = _fresh(refs, tensors)
-        _reduce(rt, refs, op, False).wait()
+        _reduce(rt, refs, op, hierarchical=False).wait()  # shm=True: the arena, else MPI
     else:
         outs = _cut(flat, tensors)
     rt.timeline.end("allreduce_n")
