@@ -144,6 +144,17 @@ def test_lockfile_in_missing_directory(tmp_path: Path, spec_file: Path):
     assert not (tmp_path / "no").exists()
 
 
+def test_lockfile_directory_checked_before_solving(tmp_path: Path, write_spec):
+    """A lockfile that cannot be written is refused before the (possibly long) solve: the
+    channel here does not exist, and the error is still the directory's."""
+    spec = write_spec(channel=(tmp_path / "no-such-channel").as_uri())
+    proc = run_wml("env", "lock", spec, "-f", tmp_path / "missing" / "conda-lock.yml")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"wml: error: cannot write lockfile {tmp_path / 'missing' / 'conda-lock.yml'}: "
+                           f"directory {tmp_path / 'missing'} does not exist\n")
+    assert not (tmp_path / "missing").exists()
+
+
 def test_conda_style_exact_versions(tmp_path: Path, write_spec, cli):
     """'name 1.0' means ==1.0 to conda; rattler's strict parser would refuse it."""
     from conda_lock.lockfile import parse_conda_lock_file

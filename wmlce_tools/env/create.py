@@ -7,13 +7,13 @@ renamed into place.  Any failure leaves nothing at the target.
 """
 from __future__ import annotations
 
-import asyncio
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.env import rattler_async
 from wmlce_tools.env.cachecheck import first_damaged
 from wmlce_tools.env.envinfo import EnvInfo, lockfile_copy
 from wmlce_tools.env.linking import (LinkChoice, LinkPolicy, choose, package_cache_dir,
@@ -64,7 +64,7 @@ def install_records(records: list[Any], staging: Path, final_prefix: Path, platf
     with make_progress(progress) as bar:
         reporter = RichInstallReporter(bar, label)
         try:
-            asyncio.run(install(records, target_prefix=staging, installed_packages=installed or [],
+            rattler_async.run(install(records, target_prefix=staging, installed_packages=installed or [],
                                 reinstall_packages=reinstall, platform=Platform(platform),
                                 execute_link_scripts=False, show_progress=False,
                                 reporter=reporter, alternative_target_prefix=final_prefix,

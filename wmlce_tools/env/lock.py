@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.env import rattler_async
 from wmlce_tools.env.spec import EnvSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rattler import RepoDataRecord
 
 DEFAULT_LOCKFILE = "conda-lock.yml"
-_RATTLER_SETTLE_S = 0.25
 _META_PREFIX = "wml."
 
 
@@ -173,21 +173,16 @@ async def _solve_all(spec: EnvSpec, channels: list[str], platforms: list[str]) -
         except Exception as exc:  # invalid channel names, match specs, ...
             return f"cannot solve for {platform}: {_first_line(str(exc))}"
 
-    # Every platform's solve finishes before anything is raised.  After a *failed* solve,
-    # py-rattler 0.28's worker thread still calls into Python for a moment after the error is
-    # delivered; if the interpreter exits right then it aborts (SIGSEGV/SIGABRT, about one run
-    # in four here), turning a clean "cannot solve" into a crash.  A short pause lets it finish
-    # (0.05 s removed every crash in 40 runs; 0.25 s is used for margin on loaded machines).
+    # Every platform's solve finishes before anything is raised (rattler_async: the exit pause).
     results = await asyncio.gather(*(one(p) for p in platforms))
     errors = [r for r in results if isinstance(r, str)]
     if errors:
-        await asyncio.sleep(_RATTLER_SETTLE_S)
         raise WmlError(errors[0])
     return dict(zip(platforms, results))
 
 
 def solve_spec(spec: EnvSpec, platforms: list[str], channels: list[str]) -> dict[str, list[Any]]:
-    return asyncio.run(_solve_all(spec, channels, platforms))
+    return rattler_async.run(_solve_all(spec, channels, platforms))
 
 
 # ---------------------------------------------------------------- lockfile models
@@ -236,6 +231,16 @@ def read_lockfile(path: Path) -> "Lockfile":
         raise WmlError(f"{path} is not a conda-lock lockfile: {_first_line(str(exc))}") from None
 
 
+def _writable_lockfile_path(path: Path) -> Path:
+    """``path`` made absolute; WmlError when its directory is missing or not writable."""
+    path = Path(path).absolute()
+    if not path.parent.is_dir():
+        raise WmlError(f"cannot write lockfile {path}: directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise WmlError(f"cannot write lockfile {path}: directory {path.parent} is not writable")
+    return path
+
+
 def _atomic_write_lockfile(lockfile: "Lockfile", path: Path) -> None:
     """Write next to ``path`` under the same file name (conda-lock puts the name in the help
     text), then rename into place: readers never see half a lockfile."""
@@ -243,11 +248,7 @@ def _atomic_write_lockfile(lockfile: "Lockfile", path: Path) -> None:
 
     from conda_lock.lockfile import write_conda_lock_file
 
-    path = path.absolute()
-    if not path.parent.is_dir():
-        raise WmlError(f"cannot write lockfile {path}: directory {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise WmlError(f"cannot write lockfile {path}: directory {path.parent} is not writable")
+    path = _writable_lockfile_path(path)
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         staged = tmpdir / path.name
@@ -269,6 +270,7 @@ def lock(spec: EnvSpec, lockfile: Path, platforms: list[str] | None = None,
     chans = _channels(spec, channels)
     hashes = content_hashes(spec, chans, platforms)
     lockfile = Path(lockfile)
+    _writable_lockfile_path(lockfile)  # before solving: minutes of solve, then this error, helps no one
 
     existing = None
     if lockfile.exists():
