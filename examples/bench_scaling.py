@@ -10,8 +10,9 @@ one torch thread per rank and the same per-rank batch for every K (weak scaling)
 
 --mode phases (default): ONE ``mpiexec -n K`` job alternates short phases, --repeats times
 each: rank 0 alone (the others sleep), K ranks training the distributed model, and with
---independent / --lockstep K ranks training plain copies without / with a barrier per step.
-Phases of one repeat run back to back and swap order every repeat, so they see the same
+--independent / --lockstep K ranks training plain copies without / with a barrier per step,
+and with --floor K ranks averaging plain copies by hand (one mpi4py Allreduce of the flat
+gradients per step: the least a synchronous step exchanges).  Phases of one repeat run back to back and swap order every repeat, so they see the same
 machine; the report gives medians and per-repeat ratios.  This is the low-noise form.
 
 --mode jobs: separate fresh jobs per configuration (1,K then K,1, ...), medians over repeats.
@@ -123,6 +124,10 @@ def phases_worker(args: argparse.Namespace) -> int:
       shard at the same time, exchanging nothing: what K processes get from the machine;
     - "K in lockstep" (with --lockstep): as "K independent", plus a barrier after every step:
       the ceiling of any synchronous data-parallel step on the machine;
+    - "K with one Allreduce" (with --floor): every rank trains a plain copy and averages its
+      gradients by hand before each update: one torch.cat, one mpi4py Allreduce of the flat
+      buffer, one divide and copy back; no hooks, no checks, no overlap: the least a
+      synchronous data-parallel step can exchange, what the runtime is measured against;
     - "K ranks": every rank trains the distributed model (averaged gradients).
 
     Short phases alternating within one job see the same background load, so the ratio of
@@ -168,6 +173,9 @@ def phases_worker(args: argparse.Namespace) -> int:
     solo_batches = batches_for(0, 1)
     own_model = train_digits.DigitsNet()  # --independent: this rank's plain copy, on its shard
     own_opt = torch.optim.SGD(own_model.parameters(), lr=0.01, momentum=0.9)
+    torch.manual_seed(0)
+    floor_model = train_digits.DigitsNet()  # --floor: averaged by hand, one Allreduce per step
+    floor_opt = HandAveraged(torch.optim.SGD(floor_model.parameters(), lr=0.01, momentum=0.9), comm)
 
     def train(model, opt, batches, steps, barrier=False):
         for i in range(steps):
@@ -187,13 +195,18 @@ def phases_worker(args: argparse.Namespace) -> int:
     def lockstep(steps):
         train(own_model, own_opt, dist_batches, steps, barrier=True)
 
+    def floor(steps):
+        train(floor_model, floor_opt, dist_batches, steps)
+
     if rank == 0:
         solo(args.warmup)
     together(args.warmup)
     if args.independent or args.lockstep:
         independent(args.warmup)
+    if args.floor:
+        floor(args.warmup)
     kinds = ("solo",) + (("independent",) if args.independent else ()) + (("lockstep",) if args.lockstep else ()) \
-        + ("all",)
+        + (("floor",) if args.floor else ()) + ("all",)
     rows = []
     for rep in range(args.repeats):
         for kind in (kinds if rep % 2 == 0 else tuple(reversed(kinds))):
@@ -207,6 +220,8 @@ def phases_worker(args: argparse.Namespace) -> int:
                 independent(args.steps)
             elif kind == "lockstep":
                 lockstep(args.steps)
+            elif kind == "floor":
+                floor(args.steps)
             else:
                 together(args.steps)
             c1 = time.process_time()
@@ -224,16 +239,42 @@ def phases_worker(args: argparse.Namespace) -> int:
                          "cpu_s": cpu, "samples_per_cpu_s": n * b * args.steps / cpu,
                          "other_share": other})
             if rank == 0:
-                label = {"independent": f"{n} independent", "lockstep": f"{n} in lockstep"}.get(kind, f"{n} rank(s)")
+                label = {"independent": f"{n} independent", "lockstep": f"{n} in lockstep",
+                         "floor": f"{n} with one Allreduce"}.get(kind, f"{n} rank(s)")
                 print(f"phase {len(rows):3d}: {label}: {rows[-1]['samples_per_s']:9.0f} samples/s "
                       f"({rows[-1]['step_ms']:.2f} ms/step; other processes used {100 * other:.0f} % of the CPUs)",
                       flush=True)
     # the distributed model stayed in sync through all of it
     divergence = ddl.parameters_max_divergence(dist_model)
+    if args.floor and ddl.parameters_max_divergence(floor_model) != 0.0:
+        raise SystemExit("bench_scaling: the hand-averaged model diverged between ranks")
     if rank == 0:
         with open(args.worker, "w") as fh:
             json.dump({"phases": rows, "max_divergence": divergence}, fh)
     return 0
+
+
+class HandAveraged:
+    """--floor's optimizer: before each update, the gradients averaged by hand in one flat
+    mpi4py Allreduce (what a minimal hand-written data-parallel loop does)."""
+
+    def __init__(self, inner, comm):
+        self.inner, self.comm = inner, comm
+        self.params = [p for g in inner.param_groups for p in g["params"]]
+
+    def zero_grad(self):
+        self.inner.zero_grad()
+
+    def step(self):
+        import torch
+        from mpi4py import MPI
+
+        grads = [p.grad for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.comm.Allreduce(MPI.IN_PLACE, flat.numpy())
+        flat.div_(self.comm.size)
+        torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(flat.split([g.numel() for g in grads]), grads)])
+        self.inner.step()
 
 
 def _busy_seconds() -> float:
@@ -267,7 +308,7 @@ def phases_driver(args: argparse.Namespace) -> int:
     cmd = [mpiexec, "-n", str(k), sys.executable, os.path.abspath(__file__), "--phases-worker", "--worker", out,
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats)] + (["--independent"] if args.independent else []) \
-        + (["--lockstep"] if args.lockstep else []) \
+        + (["--lockstep"] if args.lockstep else []) + (["--floor"] if args.floor else []) \
         + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
     try:
         proc = subprocess.run(cmd, text=True, timeout=args.timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -332,6 +373,15 @@ def phases_driver(args: argparse.Namespace) -> int:
             lvi = pair_ratios("lockstep", "independent", 1)
             summary["pair_lockstep_vs_independent_median"] = statistics.median(lvi)
             line += f" ({100 * statistics.median(lvi):.1f} % of independent ranks, per-repeat median)"
+        print(f"{line}; {kept}")
+    if args.floor:
+        kept = against("floor")
+        line = (f"{k} ranks averaging by hand (one mpi4py Allreduce of the flat gradients per step): median "
+                f"{summary['median_floor']:,.0f} samples/s")
+        if args.independent:
+            fvi = pair_ratios("floor", "independent", 1)
+            summary["pair_floor_vs_independent_median"] = statistics.median(fvi)
+            line += f" ({100 * statistics.median(fvi):.1f} % of independent ranks, per-repeat median)"
         print(f"{line}; {kept}")
     clean_rows = [r for r in rows if r["other_share"] <= args.clean]
     clean = _efficiencies(clean_rows, k)
@@ -493,6 +543,10 @@ def main(argv=None) -> int:
                    help="also time K ranks that pass a barrier after every step but exchange no "
                         "gradients: the ceiling of any synchronous data-parallel step on this machine "
                         "(each rank's jitter becomes everyone's wait), to tell the reduction's cost from it")
+    p.add_argument("--floor", action="store_true",
+                   help="phases mode: also time K ranks that average their gradients by hand, one "
+                        "mpi4py Allreduce of the flat gradients per step (no hooks, no checks): the "
+                        "least any synchronous data-parallel step exchanges, the runtime's yardstick")
     p.add_argument("--clean", type=float, default=0.05,
                    help="phases mode: also report phases during which other processes used at most this "
                         "share of the machine's CPUs (default 0.05)")

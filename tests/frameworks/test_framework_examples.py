@@ -62,13 +62,14 @@ def test_bench_scaling_reports_every_configuration(tmp_path):
 
 
 def test_bench_scaling_phases_with_independent_ranks(tmp_path):
-    """examples/bench_scaling.py's default phases mode with --independent and --lockstep (tiny,
-    gradients in shared memory): one 2-rank job alternating 1-rank, 2-independent, 2-lockstep
-    and 2-rank phases; the per-repeat ratios are the reported ones and the distributed model
-    ends in sync."""
+    """examples/bench_scaling.py's default phases mode with --independent, --lockstep and --floor
+    (tiny, gradients in shared memory): one 2-rank job alternating 1-rank, 2-independent,
+    2-lockstep, 2-hand-averaged and 2-rank phases; the per-repeat ratios are the reported ones
+    and both averaged models end in sync (the tool refuses a diverged hand-averaged one)."""
     out = tmp_path / "scaling.json"
     r = run(None, EXAMPLES / "bench_scaling.py", "--batch-size", "32", "--repeats", "3", "--steps", "10",
-            "--warmup", "2", "--independent", "--lockstep", "--gradient-as-bucket-view", "--json", str(out),
+            "--warmup", "2", "--independent", "--lockstep", "--floor", "--gradient-as-bucket-view",
+            "--json", str(out),
             timeout=240)
     assert r.returncode == 0, r.output
     res = read_json(out)
@@ -81,5 +82,11 @@ def test_bench_scaling_phases_with_independent_ranks(tmp_path):
     assert len(res["samples_per_s_lockstep"]) == 3
     ratios = sorted(m / i for m, i in zip(res["samples_per_s_2"], res["samples_per_s_lockstep"]))
     assert abs(res["pair_vs_lockstep_median"] - ratios[1]) < 1e-9
+    assert len(res["samples_per_s_floor"]) == 3
+    ratios = sorted(m / i for m, i in zip(res["samples_per_s_floor"], res["samples_per_s_independent"]))
+    assert abs(res["pair_floor_vs_independent_median"] - ratios[1]) < 1e-9
+    ratios = sorted(m / i for m, i in zip(res["samples_per_s_2"], res["samples_per_s_floor"]))
+    assert abs(res["pair_vs_floor_median"] - ratios[1]) < 1e-9
     assert "independent ranks (same job, no communication)" in r.stdout
     assert "ranks in lockstep (a barrier per step, no gradients exchanged)" in r.stdout
+    assert "ranks averaging by hand (one mpi4py Allreduce of the flat gradients per step)" in r.stdout
