@@ -360,7 +360,8 @@ def parameters_max_divergence(params: Any) -> float:
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present", "names")
+    __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present", "names",
+                 "flat", "parts", "flat_names")
 
     def __init__(self, index: int, params: List[torch.Tensor], names: List[str]) -> None:
         self.index = index
@@ -373,6 +374,34 @@ class _Bucket:
         self.flags = torch.ones(len(params), dtype=self.dtype, device=params[0].device)
         self.present: List[bool] = []
         self.names = [f"grad:{n}" for n in names] + [f"grad-flags:{index}"]
+        self.flat: Optional[torch.Tensor] = None  # see flatten()
+        self.parts: List[torch.Tensor] = []
+        self.flat_names: List[str] = []
+
+    def flatten(self) -> None:
+        """Reduce this bucket as ONE tensor: a flat buffer kept for the job holding every gradient
+        and then the presence flags (the flags become its tail).  Each step copies the fresh
+        gradients in with one torch op and back out with another; the runtime then sees the same
+        object every step, so it validates it once (refcache) and packs, reduces and divides one
+        contiguous run instead of a tensor at a time.  For small CPU buckets: the per-tensor work
+        is what a latency-bound step pays for; a large bucket would only pay for the copies."""
+        sizes = [p.numel() for p in self.params]
+        self.flat = torch.zeros(sum(sizes) + len(sizes), dtype=self.dtype)
+        pieces = self.flat.split(sizes + [len(sizes)])
+        self.parts = [piece.view(p.shape) for piece, p in zip(pieces, self.params)]
+        self.flags = pieces[-1]
+        self.flat_names = [f"grad-bucket:{self.index}[{len(sizes)} gradients, first "
+                           f"{self.names[0][len('grad:'):]!r}, {self.flat.numel()} elements]"]
+
+
+def _flattens(bucket: _Bucket) -> bool:
+    """Whether a bucket is reduced as one flat tensor (_Bucket.flatten): CPU float32/float64
+    gradients of at most the one-barrier small path's size (ddl_runtime.shm.SMALL_BYTES)."""
+    from ddl_runtime.shm import SMALL_BYTES
+
+    nbytes = (sum(p.numel() for p in bucket.params) + len(bucket.params)) * bucket.params[0].element_size()
+    return (bucket.dtype in (torch.float32, torch.float64) and bucket.params[0].device.type == "cpu"
+            and nbytes <= SMALL_BYTES and os.environ.get("DDL_FLAT_BUCKETS", "1") != "0")
 
 
 def _one_host_shared_memory() -> bool:
@@ -473,6 +502,10 @@ class _DistributedOptimizerMixin:
         if gradient_as_bucket_view and self._ddl_size > 1 and _one_host_shared_memory():
             self._ddl_shared_gradients()
         if self._ddl_size > 1:
+            for bucket in self._ddl_buckets:
+                if bucket.params[0] not in self._ddl_views and _flattens(bucket):  # not shared_zeros views
+                    bucket.flatten()
+        if self._ddl_size > 1:
             for p in trainable:
                 self._ddl_hooks.append(p.register_post_accumulate_grad_hook(self._ddl_make_hook()))
 
@@ -527,6 +560,9 @@ class _DistributedOptimizerMixin:
             self._ddl_launch(bucket)
 
     def _ddl_launch(self, bucket: _Bucket) -> None:
+        if bucket.flat is not None:
+            self._ddl_launch_flat(bucket)
+            return
         tensors: List[torch.Tensor] = []
         present: List[bool] = []
         views = self._ddl_views
@@ -562,6 +598,31 @@ class _DistributedOptimizerMixin:
         bucket.launched = True
         self._ddl_next = bucket.index + 1
 
+    def _ddl_launch_flat(self, bucket: _Bucket) -> None:
+        """_ddl_launch for a flattened bucket: the gradients copied into its flat buffer (zeros
+        where one is None), its flags set, and the one tensor handed to the runtime."""
+        grads = [p.grad for p in bucket.params]
+        present = [g is not None for g in grads]
+        if all(present):
+            for g, p in zip(grads, bucket.params):
+                if g.is_sparse:
+                    raise _InputError(f"DistributedOptimizer: sparse gradient for {self._ddl_names[p]!r} is not supported")
+            torch._foreach_copy_(bucket.parts, grads)
+            bucket.flags.fill_(1.0)
+        else:
+            for part, g, p in zip(bucket.parts, grads, bucket.params):
+                if g is None:
+                    part.zero_()
+                elif g.is_sparse:
+                    raise _InputError(f"DistributedOptimizer: sparse gradient for {self._ddl_names[p]!r} is not supported")
+                else:
+                    part.copy_(g)
+            bucket.flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype))
+        bucket.present = present
+        bucket.handle = _ddl.allreduce_n_async([bucket.flat], op=self._ddl_op, names=bucket.flat_names)
+        bucket.launched = True
+        self._ddl_next = bucket.index + 1
+
     # -- public --------------------------------------------------------------------------------
 
     def synchronize(self) -> None:
@@ -578,11 +639,16 @@ class _DistributedOptimizerMixin:
         for bucket in self._ddl_buckets:
             out = bucket.handle.wait()
             n = len(bucket.params)
-            results = list(out) if out is not None else []
+            if bucket.flat is not None:  # reduced in place in the flat buffer: parts, then flags
+                results: List[Any] = list(bucket.parts) + [bucket.flags]
+            else:
+                results = list(out) if out is not None else []
             flags = results[n] if len(results) > n else bucket.flags
-            fractions = _as_tensor_result(flags, bucket.flags).to(torch.float64).cpu().tolist()
+            fractions = _as_tensor_result(flags, bucket.flags).tolist()  # Python floats: exact for every dtype
             if self._ddl_op == "sum":
                 fractions = [f / self._ddl_size for f in fractions]
+            into: List[torch.Tensor] = []
+            values: List[torch.Tensor] = []
             for j, p in enumerate(bucket.params):
                 frac = fractions[j]
                 if frac < 0.5 / self._ddl_size:  # absent on every rank: leave it None
@@ -596,7 +662,10 @@ class _DistributedOptimizerMixin:
                     )
                     continue
                 if j < len(results) and results[j] is not None and results[j] is not p.grad:
-                    p.grad.copy_(_as_tensor_result(results[j], p.grad))
+                    into.append(p.grad)
+                    values.append(_as_tensor_result(results[j], p.grad))
+            if into:
+                torch._foreach_copy_(into, values)
             bucket.handle = None
         self._ddl_synced = True
         if problems:

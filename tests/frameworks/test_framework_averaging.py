@@ -21,6 +21,10 @@ def test_torch_two_ranks_match_one_process_with_double_batch(tmp_path):
         diff = np.abs(own[0] - ref).max()
         assert diff < 1e-5 * max(1.0, np.abs(ref).max()), f"variant {variant}: differs from 1 process by {diff}"
     assert int(d["buckets_b"]) > 1, "variant b was meant to use several buckets"
+    # a and b reduce their small CPU buckets as one flat tensor each; e (flat buckets off, a
+    # tensor at a time) does the same arithmetic, so it matches a bit for bit
+    assert bool(d["flat_a"]) and not bool(d["flat_e"])
+    assert np.array_equal(d["e"], d["a"]), "flat buckets changed the averaged gradients"
     # The negative control (op='sum' doubles the gradient): the comparison is sensitive to it.
     assert np.abs(d["c"][0] - ref).max() > 100 * np.abs(d["a"][0] - ref).max() + 1e-4
 

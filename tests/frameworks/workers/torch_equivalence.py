@@ -72,6 +72,18 @@ def main():
     with torch.no_grad():
         for pd, pa in zip(model_d.parameters(), model_a.parameters()):
             pd.copy_(pa)
+    # Variant E: A with flat buckets off (DDL_FLAT_BUCKETS=0: a tensor at a time, the path every
+    # large or GPU bucket takes); A reduces its small CPU bucket as one flat tensor.  Same sums
+    # and divides per element: E must match A bit for bit.
+    os.environ["DDL_FLAT_BUCKETS"] = "0"
+    model_e = make(rank + 400)
+    opt_e = ddl.DistributedOptimizer(sgd(model_e), named_parameters=model_e.named_parameters())
+    del os.environ["DDL_FLAT_BUCKETS"]
+    with torch.no_grad():
+        for pe, pa in zip(model_e.parameters(), model_a.parameters()):
+            pe.copy_(pa)
+    flat_a = all(bk.flat is not None for bk in opt_a._ddl_buckets + opt_b._ddl_buckets)
+    flat_e = any(bk.flat is not None for bk in opt_e._ddl_buckets + opt_d._ddl_buckets)
     from ddl_runtime import runtime as _rt
     heap = _rt.current().shm.heap if _rt.current().shm is not None else None
     in_heap, grad_ptrs = [], set()
@@ -102,6 +114,10 @@ def main():
         F.cross_entropy(model_c(xb), yb).backward()
         opt_c.step()
 
+        opt_e.zero_grad()
+        F.cross_entropy(model_e(xb), yb).backward()
+        opt_e.step()
+
         opt_d.zero_grad(set_to_none=step % 2 == 1)
         F.cross_entropy(model_d(xb), yb).backward()
         opt_d.step()
@@ -118,8 +134,9 @@ def main():
     own_b = np.asarray(ddl_runtime.allgather(params_vector(model_b)[None, :]))
     own_c = np.asarray(ddl_runtime.allgather(params_vector(model_c)[None, :]))
     own_d = np.asarray(ddl_runtime.allgather(params_vector(model_d)[None, :]))
+    own_e = np.asarray(ddl_runtime.allgather(params_vector(model_e)[None, :]))
     if rank == 0:
-        np.savez(args.out, a=own_a, b=own_b, c=own_c, d=own_d, d_in_heap=np.array(in_heap),
+        np.savez(args.out, a=own_a, b=own_b, c=own_c, d=own_d, e=own_e, flat_a=flat_a, flat_e=flat_e, d_in_heap=np.array(in_heap),
                  d_same_grads=len(grad_ptrs) == 1, d_buckets=len(opt_d._ddl_buckets), ref=params_vector(ref), buckets_b=nb, size=size,
                  start=params_vector(make(0)))
     print(f"rank {rank}: done, {nb} buckets in variant B", flush=True)
