@@ -365,23 +365,18 @@ def phases_driver(args: argparse.Namespace) -> int:
         kept = against("independent")
         print(f"{k} independent ranks (same job, no communication): median {summary['median_independent']:,.0f} "
               f"samples/s; {kept}")
-    if args.lockstep:
-        kept = against("lockstep")
-        line = (f"{k} ranks in lockstep (a barrier per step, no gradients exchanged): median "
-                f"{summary['median_lockstep']:,.0f} samples/s: any synchronous step gets at most that here")
+    references = (("lockstep", args.lockstep, "ranks in lockstep (a barrier per step, no gradients exchanged)",
+                   ": any synchronous step gets at most that here"),
+                  ("floor", args.floor, "ranks averaging by hand (one mpi4py Allreduce of the flat gradients per step)", ""))
+    for ref, wanted, what, remark in references:
+        if not wanted:
+            continue
+        kept = against(ref)
+        line = f"{k} {what}: median {summary[f'median_{ref}']:,.0f} samples/s{remark}"
         if args.independent:
-            lvi = pair_ratios("lockstep", "independent", 1)
-            summary["pair_lockstep_vs_independent_median"] = statistics.median(lvi)
-            line += f" ({100 * statistics.median(lvi):.1f} % of independent ranks, per-repeat median)"
-        print(f"{line}; {kept}")
-    if args.floor:
-        kept = against("floor")
-        line = (f"{k} ranks averaging by hand (one mpi4py Allreduce of the flat gradients per step): median "
-                f"{summary['median_floor']:,.0f} samples/s")
-        if args.independent:
-            fvi = pair_ratios("floor", "independent", 1)
-            summary["pair_floor_vs_independent_median"] = statistics.median(fvi)
-            line += f" ({100 * statistics.median(fvi):.1f} % of independent ranks, per-repeat median)"
+            vs_independent = pair_ratios(ref, "independent", 1)
+            summary[f"pair_{ref}_vs_independent_median"] = statistics.median(vs_independent)
+            line += f" ({100 * statistics.median(vs_independent):.1f} % of independent ranks, per-repeat median)"
         print(f"{line}; {kept}")
     clean_rows = [r for r in rows if r["other_share"] <= args.clean]
     clean = _efficiencies(clean_rows, k)
