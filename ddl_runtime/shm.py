@@ -21,7 +21,8 @@ windows (`MPI.Win.Allocate_shared` on the host communicator):
   Halves alternate by barrier epoch: a rank packs for barrier e only after passing e-1, which
   every peer reached only after reading what was packed for e-2.  A mismatched call reduces
   nothing (the digests differ on every rank), and the fixed size means no collective growth
-  before the agreement.
+  before the agreement.  flat_allreduce.FlatAllreduce uses the same halves and barrier, its
+  caller writing straight into `small_packed` and reading the sum from a private array.
 
 Allreduce of a tensor list (`ShmGroup.allreduce`): the list is laid out per reduce dtype in one
 virtual flat buffer split into `local_size` contiguous slices; rank i owns slice i.  Each slice
@@ -383,11 +384,16 @@ class ShmGroup:
         if len(self.small_views) > 256:
             self.small_views.clear()
         count = sum(sizes)
-        start, stop = half * SMALL_BYTES, half * SMALL_BYTES + count * dtype.itemsize
-        packed = tuple(a[start:stop].view(dtype) for a in self.small_arenas)
+        packed = self.small_packed(half, dtype, count)
         total = self.small_sum[:count * dtype.itemsize].view(dtype)
         bounds = np.cumsum((0,) + sizes).tolist()
         return packed, total, tuple(total[a:b] for a, b in zip(bounds, bounds[1:]))
+
+    def small_packed(self, half: int, dtype: np.dtype, count: int) -> Tuple[np.ndarray, ...]:
+        """Every rank's first `count` elements of `dtype` in small-arena half `half` (where
+        allreduce_small packs for a barrier of that parity; flat_allreduce.FlatAllreduce too)."""
+        start = half * SMALL_BYTES
+        return tuple(a[start:start + count * dtype.itemsize].view(dtype) for a in self.small_arenas)
 
     def allreduce(self, refs: Sequence[TensorRef], op: str, scale: Optional[float], timeline=None) -> bool:
         """Reduce `refs` across the host's ranks (call right after an agreement): in place, or into

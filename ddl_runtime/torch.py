@@ -361,7 +361,7 @@ def parameters_max_divergence(params: Any) -> float:
 
 class _Bucket:
     __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present", "names",
-                 "flat", "parts", "flat_names")
+                 "flat", "views")
 
     def __init__(self, index: int, params: List[torch.Tensor], names: List[str]) -> None:
         self.index = index
@@ -374,24 +374,36 @@ class _Bucket:
         self.flags = torch.ones(len(params), dtype=self.dtype, device=params[0].device)
         self.present: List[bool] = []
         self.names = [f"grad:{n}" for n in names] + [f"grad-flags:{index}"]
-        self.flat: Optional[torch.Tensor] = None  # see flatten()
-        self.parts: List[torch.Tensor] = []
-        self.flat_names: List[str] = []
+        self.flat: Any = None  # a FlatAllreduce: see flatten()
+        self.views: Dict[int, tuple] = {}
 
-    def flatten(self) -> None:
-        """Reduce this bucket as ONE tensor: a flat buffer kept for the job holding every gradient
-        and then the presence flags (the flags become its tail).  Each step copies the fresh
-        gradients in with one torch op and back out with another; the runtime then sees the same
-        object every step, so it validates it once (refcache) and packs, reduces and divides one
-        contiguous run instead of a tensor at a time.  For small CPU buckets: the per-tensor work
-        is what a latency-bound step pays for; a large bucket would only pay for the copies."""
+    def flatten(self, op: str) -> None:
+        """Reduce this bucket as ONE flat array (ddl_runtime.flat_allreduce.FlatAllreduce): every
+        gradient and then the presence flags (its tail).  Each step copies the fresh gradients
+        into the array it hands out (on one host, this rank's slot in the shared-memory arena)
+        with one torch op, and the reduced values back out with another; nothing is validated
+        per step.  For small CPU buckets, where a latency-bound step pays for per-tensor work and
+        for every pass over the bucket."""
+        from ddl_runtime.flat_allreduce import FlatAllreduce
+
         sizes = [p.numel() for p in self.params]
-        self.flat = torch.zeros(sum(sizes) + len(sizes), dtype=self.dtype)
-        pieces = self.flat.split(sizes + [len(sizes)])
-        self.parts = [piece.view(p.shape) for piece, p in zip(pieces, self.params)]
-        self.flags = pieces[-1]
-        self.flat_names = [f"grad-bucket:{self.index}[{len(sizes)} gradients, first "
-                           f"{self.names[0][len('grad:'):]!r}, {self.flat.numel()} elements]"]
+        np_dtype = np.float32 if self.dtype == torch.float32 else np.float64
+        name = (f"grad-bucket:{self.index}[{len(sizes)} gradients, first "
+                f"{self.names[0][len('grad:'):]!r}, {sum(sizes) + len(sizes)} elements]")
+        self.flat = FlatAllreduce(sum(sizes) + len(sizes), np_dtype, name, op=op)
+        self.views = {}
+
+    def views_of(self, array: np.ndarray) -> Tuple[List[torch.Tensor], torch.Tensor]:
+        """Torch views of a FlatAllreduce array: one per gradient, then the flags (made once per
+        array; the reduction hands out the same few arrays every step)."""
+        got = self.views.get(id(array))
+        if got is None or got[0] is not array:
+            flat = torch.from_numpy(array)
+            sizes = [p.numel() for p in self.params]
+            pieces = flat.split(sizes + [len(sizes)])
+            got = self.views[id(array)] = (array, [piece.view(p.shape) for piece, p in zip(pieces, self.params)],
+                                           pieces[-1])
+        return got[1], got[2]
 
 
 def _flattens(bucket: _Bucket) -> bool:
@@ -504,7 +516,7 @@ class _DistributedOptimizerMixin:
         if self._ddl_size > 1:
             for bucket in self._ddl_buckets:
                 if bucket.params[0] not in self._ddl_views and _flattens(bucket):  # not shared_zeros views
-                    bucket.flatten()
+                    bucket.flatten(self._ddl_op)
         if self._ddl_size > 1:
             for p in trainable:
                 self._ddl_hooks.append(p.register_post_accumulate_grad_hook(self._ddl_make_hook()))
@@ -599,27 +611,28 @@ class _DistributedOptimizerMixin:
         self._ddl_next = bucket.index + 1
 
     def _ddl_launch_flat(self, bucket: _Bucket) -> None:
-        """_ddl_launch for a flattened bucket: the gradients copied into its flat buffer (zeros
-        where one is None), its flags set, and the one tensor handed to the runtime."""
+        """_ddl_launch for a flattened bucket: the gradients copied into the array its
+        FlatAllreduce hands out (zeros where one is None), the flags set, the reduction started."""
         grads = [p.grad for p in bucket.params]
         present = [g is not None for g in grads]
+        parts, flags = bucket.views_of(bucket.flat.buffer())
         if all(present):
             for g, p in zip(grads, bucket.params):
                 if g.is_sparse:
                     raise _InputError(f"DistributedOptimizer: sparse gradient for {self._ddl_names[p]!r} is not supported")
-            torch._foreach_copy_(bucket.parts, grads)
-            bucket.flags.fill_(1.0)
+            torch._foreach_copy_(parts, grads)
+            flags.fill_(1.0)
         else:
-            for part, g, p in zip(bucket.parts, grads, bucket.params):
+            for part, g, p in zip(parts, grads, bucket.params):
                 if g is None:
                     part.zero_()
                 elif g.is_sparse:
                     raise _InputError(f"DistributedOptimizer: sparse gradient for {self._ddl_names[p]!r} is not supported")
                 else:
                     part.copy_(g)
-            bucket.flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype))
+            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype))
         bucket.present = present
-        bucket.handle = _ddl.allreduce_n_async([bucket.flat], op=self._ddl_op, names=bucket.flat_names)
+        bucket.handle = bucket.flat.start()
         bucket.launched = True
         self._ddl_next = bucket.index + 1
 
@@ -639,8 +652,9 @@ class _DistributedOptimizerMixin:
         for bucket in self._ddl_buckets:
             out = bucket.handle.wait()
             n = len(bucket.params)
-            if bucket.flat is not None:  # reduced in place in the flat buffer: parts, then flags
-                results: List[Any] = list(bucket.parts) + [bucket.flags]
+            if bucket.flat is not None:  # one flat array: the gradients, then the flags
+                parts, flags = bucket.views_of(out)
+                results: List[Any] = parts + [flags]
             else:
                 results = list(out) if out is not None else []
             flags = results[n] if len(results) > n else bucket.flags
