@@ -10,7 +10,8 @@ Two parts, printed by rank 0 as Markdown:
    and by allreduce_n of the same gradients allocated with ddl_runtime.shared_zeros (reduced
    where they lie); and out of place by allreduce_n_fresh (results placed by the runtime);
 3. the digits CNN's step (examples/train_digits.py: 8 gradients + 1 presence-flag tensor, 153 KB):
-   allreduce_n against one mpi4py Allreduce of the same bytes.
+   allreduce_n, and the FlatAllreduce that torch's DistributedOptimizer reduces such a bucket
+   with (copying in and out counted), against one mpi4py Allreduce of the same bytes.
 Methods are interleaved round by round and medians reported, so ratios come from one run on
 a shared, noisy machine.  algbw = bytes / time; busbw = algbw * 2(n-1)/n.
 """
@@ -195,8 +196,21 @@ def digits(comm: MPI.Comm, repeats: int, iters: int) -> dict:
     names = [n for n, _ in DIGITS_SHAPES]
     arrays = [np.ones(s, np.float32) for _, s in DIGITS_SHAPES]
     fused = np.ones(sum(a.size for a in arrays), np.float32)
+    from .flat_allreduce import FlatAllreduce
+
+    flat = FlatAllreduce(fused.size, np.float32, "digits-bucket", op="avg")
+    pieces = [a.reshape(-1) for a in arrays]
+    bounds = np.cumsum([0] + [p.size for p in pieces]).tolist()
+
+    def flat_step() -> None:  # what DistributedOptimizer does per step: copy in, reduce, copy out
+        np.concatenate(pieces, out=flat.buffer())
+        out = flat.start().wait()
+        for p, lo, hi in zip(pieces, bounds, bounds[1:]):
+            np.copyto(p, out[lo:hi])
+
     methods: Dict[str, Callable[[], None]] = {
         "ddl allreduce_n (op avg)": lambda: ddl.allreduce_n(arrays, op="avg", names=names),
+        "ddl FlatAllreduce, copied in and out (DistributedOptimizer's path)": flat_step,
         "ddl allreduce_n, mpi=True": lambda: ddl.allreduce_n(arrays, op="avg", mpi=True, names=names),
         "mpi4py Allreduce of the same bytes (one buffer)": lambda: comm.Allreduce(MPI.IN_PLACE, fused),
     }

@@ -29,6 +29,7 @@ def test_bench_tables(run_mpi, tmp_path):
     digits = report["digits"]
     assert (digits["tensors"], digits["bytes"]) == (9, 38_290 * 4)
     assert set(digits["median_s"]) == {"ddl allreduce_n (op avg)", "ddl allreduce_n, mpi=True",
+                                       "ddl FlatAllreduce, copied in and out (DistributedOptimizer's path)",
                                        "mpi4py Allreduce of the same bytes (one buffer)"}
     assert "| ddl allreduce_n (op avg) |" in text
 
