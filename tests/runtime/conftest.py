@@ -21,8 +21,9 @@ class MpiResult(MpiJob):
         (summary,) = self.json_lines("SUMMARY ")
         return summary
 
-    def assert_all_ok(self, n: int) -> None:
-        """check_collectives.py's verdict: exit 0, a summary from all n ranks, no failures."""
+    def summary(self, n: int) -> list:
+        """The verdict of a script that prints one SUMMARY line (rank 0, every rank's dict with
+        its `failures`): exit 0, a dict from all n ranks, no failures; returns the dicts."""
         summaries = self.json_lines("SUMMARY ")
         assert len(summaries) == 1, self.stdout[-3000:] + self.stderr[-3000:]
         ranks = summaries[0]
@@ -30,6 +31,11 @@ class MpiResult(MpiJob):
         failures = [f"rank {t['rank']}: {f}" for t in ranks for f in t["failures"]]
         assert not failures, "\n".join(failures[:50])
         assert self.returncode == 0, self.stderr[-3000:]
+        return ranks
+
+    def assert_all_ok(self, n: int) -> None:
+        """check_collectives.py's verdict (summary)."""
+        self.summary(n)
 
 
 def mpirun(n: int, script: str, *args: str, env: dict | None = None, timeout: float = 90,

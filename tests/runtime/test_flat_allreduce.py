@@ -9,20 +9,11 @@ from ddl_runtime.errors import DDLInputError
 from ddl_runtime.flat_allreduce import FlatAllreduce
 
 
-def _summary(result, n):
-    (summary,) = result.json_lines("SUMMARY ")
-    assert sorted(s["rank"] for s in summary) == list(range(n))
-    failures = [f"rank {s['rank']}: {f}" for s in summary for f in s["failures"]]
-    assert not failures, "\n".join(failures[:40])
-    assert result.returncode == 0, result.stderr[-2000:]
-    return summary
-
-
 @pytest.mark.parametrize("n, env", [(2, {}), (3, {}), (2, {"DDL_SHM": "0"}), (2, {"DDL_EMULATE_NODES": "2"})])
 def test_values_equal_allreduce_n_bit_for_bit(run_mpi, n, env):
     """5 rounds per dtype/op/size with other collectives in between: allreduce_n's bits on every
     rank; the arena only for a one-host job and a bucket of at most SMALL_BYTES."""
-    summary = _summary(run_mpi(n, "flat_job.py", "values", env=env, timeout=180), n)
+    summary = run_mpi(n, "flat_job.py", "values", env=env, timeout=180).summary(n)
     shm = not env
     assert all(s["shm"] == shm for s in summary)
     if shm:
@@ -34,7 +25,7 @@ def test_values_equal_allreduce_n_bit_for_bit(run_mpi, n, env):
 
 
 def test_a_mismatch_names_both_buckets_and_the_job_goes_on(run_mpi):
-    summary = _summary(run_mpi(3, "flat_job.py", "mismatch", timeout=90), 3)
+    summary = run_mpi(3, "flat_job.py", "mismatch", timeout=90).summary(3)
     for s in summary:
         assert "tensor.0" not in s["mismatch"]
         assert "'bucket.a'" in s["mismatch"] and "'bucket.b'" in s["mismatch"], s["mismatch"]
@@ -42,7 +33,7 @@ def test_a_mismatch_names_both_buckets_and_the_job_goes_on(run_mpi):
 
 
 def test_start_refuses_without_a_fresh_buffer(run_mpi):
-    summary = _summary(run_mpi(2, "flat_job.py", "misuse", timeout=90), 2)
+    summary = run_mpi(2, "flat_job.py", "misuse", timeout=90).summary(2)
     for s in summary:
         assert s["misuse"] == [
             "no buffer(): FlatAllreduce 'bucket.m': start() without buffer() just before it",
@@ -52,17 +43,16 @@ def test_start_refuses_without_a_fresh_buffer(run_mpi):
 
 def test_a_stall_names_the_missing_rank_and_the_bucket(run_mpi):
     result = run_mpi(3, "flat_job.py", "stall", "3", env={"DDL_STALL_WARNING_S": "0.5"}, timeout=90)
-    _summary(result, 3)
+    assert all(s["reduced"] for s in result.summary(3))  # every rank went on once rank 1 came
     stalls = [line for line in result.stderr.splitlines() if ": stall:" in line]
     assert len(stalls) == 1, result.stderr
     assert "not arrived: rank 1" in stalls[0] and "allreduce_n_async['bucket.slow']" in stalls[0]
-    assert len(result.lines("done")) == 3
 
 
 def test_the_timeline_shows_the_flat_reduction(run_mpi, tmp_path):
     trace = tmp_path / "trace.json"
     result = run_mpi(2, "flat_job.py", "values", env={"DDL_TIMELINE": str(trace)}, timeout=180)
-    _summary(result, 2)
+    result.summary(2)
     for rank in (0, 1):
         events = json.loads((tmp_path / f"trace.rank{rank}.json").read_text())
         spans = [e for e in events if e.get("name") == "ALLREDUCE" and e["args"].get("algorithm") == "shm-flat"]

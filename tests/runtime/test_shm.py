@@ -14,19 +14,10 @@ from ddl_runtime.shm import plan
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _summary(result, n):
-    (summary,) = result.json_lines("SUMMARY ")
-    assert sorted(s["rank"] for s in summary) == list(range(n))
-    failures = [f"rank {s['rank']}: {f}" for s in summary for f in s["failures"]]
-    assert not failures, "\n".join(failures[:40])
-    assert result.returncode == 0, result.stderr[-2000:]
-    return summary
-
-
 @pytest.mark.parametrize("n", [2, 3])
 def test_one_host_job_reduces_through_shared_memory(run_mpi, n):
     """Every dtype and op agrees with the MPI path; the windows' files are unlinked while mapped."""
-    summary = _summary(run_mpi(n, "shm_job.py", "values", timeout=120), n)
+    summary = run_mpi(n, "shm_job.py", "values", timeout=120).summary(n)
     for s in summary:
         assert s["shm"] and s["grew"] and s["small"] and s["heap"] and s["algorithm"] == "flat"
         assert s["heap_segments"] >= 2
@@ -37,7 +28,7 @@ def test_one_host_job_reduces_through_shared_memory(run_mpi, n):
 
 def test_shared_memory_path_on_openmpi(run_mpi, openmpi):
     """Open MPI's osc/sm windows: same values, files likewise unlinked while mapped."""
-    summary = _summary(run_mpi(2, "shm_job.py", "values", mpi=openmpi, timeout=120), 2)
+    summary = run_mpi(2, "shm_job.py", "values", mpi=openmpi, timeout=120).summary(2)
     for s in summary:
         assert s["shm"] and s["files"]
         assert all(f == "" or f.endswith("(deleted)") for f in s["files"]), s["files"]
@@ -47,7 +38,7 @@ def test_shared_memory_path_on_openmpi(run_mpi, openmpi):
                                     (2, {"DDL_SHM": "0"}), (4, {"DDL_OPTIONS": "-mode p:2x2"})])
 def test_emulated_nodes_and_opt_out_take_the_mpi_path(run_mpi, n, env):
     """Ranks of different (emulated) nodes never share memory; DDL_SHM=0 turns the path off."""
-    summary = _summary(run_mpi(n, "shm_job.py", "values", env=env, timeout=120), n)
+    summary = run_mpi(n, "shm_job.py", "values", env=env, timeout=120).summary(n)
     assert not any(s["shm"] for s in summary)
     if n == 4:
         assert all(s["algorithm"] == "hierarchical" for s in summary)
@@ -69,7 +60,7 @@ def test_out_of_place_results_live_in_shared_memory_and_are_never_written_while_
     in-place path's with the same bits on every rank; regions are reused once dropped, never
     while a result lives, also when ranks let go at different moments; mismatch, small, mixed
     dtypes and no-room fallbacks; DDL_SHM=0 gives the same values from private memory."""
-    summary = _summary(run_mpi(n, "results_job.py", "values", env=env, timeout=180), n)
+    summary = run_mpi(n, "results_job.py", "values", env=env, timeout=180).summary(n)
     shm = not env
     assert all(s["shm"] == shm for s in summary)
     assert len({s["regions"] for s in summary}) == 1 and (summary[0]["regions"] > 1) == shm
@@ -181,7 +172,7 @@ def test_a_small_dev_shm_falls_back_with_one_line_instead_of_sigbus(run_mpi):
     the host's first rank says so once per kind; what fits still uses shared memory."""
     result = run_mpi(2, "small_devshm_job.py", prefix=_small_dev_shm_prefix(), timeout=180)
     assert "Bus error" not in result.stdout + result.stderr
-    summary = _summary(result, 2)
+    summary = result.summary(2)
     for s in summary:
         assert s["arena_after_big"] < 32 << 20, s  # never grown to hold the 32 MB tensor
         assert s["arena_now"] >= 2 << 20, s  # the 2 MB one did get an arena

@@ -9,7 +9,7 @@ mismatch: rank 0 and the others reduce differently named buckets: DDLMismatchErr
          naming both, then the job carries on.
 misuse:  start() without buffer(), and with a collective between buffer() and start(): DDLError
          (on the arena; a private buffer may be reduced any time).
-stall:   rank 1 sleeps before start(): the stall line names it and the bucket.
+stall:   rank 1 sleeps before start(): the stall line names it and the bucket; all go on after.
 Rank 0 prints one SUMMARY line with every rank's failures and what it saw.
 """
 import json
@@ -127,8 +127,7 @@ elif mode == "stall":
     red.buffer()[:] = 1
     if R == 1:
         time.sleep(float(sys.argv[2]))
-    red.start().wait()
-    print(f"done rank={R}", flush=True)
+    info["reduced"] = red.start().wait().tolist() == [1.0] * 64
 
 summary = MPI.COMM_WORLD.gather({"rank": R, "failures": failures, "shm": rt.shm is not None, **info})
 if R == 0:
