@@ -49,6 +49,21 @@ def test_a_stall_names_the_missing_rank_and_the_bucket(run_mpi):
     assert "not arrived: rank 1" in stalls[0] and "allreduce_n_async['bucket.slow']" in stalls[0]
 
 
+@pytest.mark.parametrize("mode, message", [
+    ("exit", "rank 1 left (finalize or exit) after 1 collectives while this rank waits in "
+             "allreduce_n_async['bucket.left']"),
+    ("kill", None),
+])
+def test_a_rank_that_leaves_ends_the_job(run_mpi, mode, message):
+    """No DDL_STALL_* set: the ranks waiting in the barrier end the job, non-zero, within 30 s."""
+    result = run_mpi(3, "flat_job.py", mode, timeout=60)
+    assert result.returncode != 0
+    assert result.seconds < 30, f"took {result.seconds:.1f} s"
+    assert not result.lines("NOT REACHED")
+    if message:
+        assert message in result.stderr, result.stderr[-2000:]
+
+
 def test_the_timeline_shows_the_flat_reduction(run_mpi, tmp_path):
     trace = tmp_path / "trace.json"
     result = run_mpi(2, "flat_job.py", "values", env={"DDL_TIMELINE": str(trace)}, timeout=180)

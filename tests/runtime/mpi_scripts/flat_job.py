@@ -10,9 +10,12 @@ mismatch: rank 0 and the others reduce differently named buckets: DDLMismatchErr
 misuse:  start() without buffer(), and with a collective between buffer() and start(): DDLError
          (on the arena; a private buffer may be reduced any time).
 stall:   rank 1 sleeps before start(): the stall line names it and the bucket; all go on after.
+exit, kill: rank 1 leaves (sys.exit(3) / os._exit(4)) after one round; the others, waiting in
+         the next, end the job.
 Rank 0 prints one SUMMARY line with every rank's failures and what it saw.
 """
 import json
+import os
 import sys
 import time
 
@@ -128,6 +131,17 @@ elif mode == "stall":
     if R == 1:
         time.sleep(float(sys.argv[2]))
     info["reduced"] = red.start().wait().tolist() == [1.0] * 64
+
+elif mode in ("exit", "kill"):  # rank 1 leaves after one good round while the others wait
+    red = FlatAllreduce(64, np.float32, "bucket.left", op="avg")
+    for round_ in range(2):
+        if round_ == 1 and R == 1:
+            if mode == "exit":
+                sys.exit(3)
+            os._exit(4)
+        red.buffer()[:] = R
+        red.start().wait()
+    print(f"NOT REACHED rank={R}", flush=True)
 
 summary = MPI.COMM_WORLD.gather({"rank": R, "failures": failures, "shm": rt.shm is not None, **info})
 if R == 0:
