@@ -33,6 +33,15 @@ class MpiResult(MpiJob):
         assert self.returncode == 0, self.stderr[-3000:]
         return ranks
 
+    def assert_ended_early(self, message: str | None, unreached: str, within: float = 30) -> None:
+        """A job with a failing rank ended: non-zero, within `within` seconds, no rank printed
+        `unreached` (what follows the failure), and stderr says `message` when one is given."""
+        assert self.returncode != 0
+        assert self.seconds < within, f"took {self.seconds:.1f} s"
+        assert not self.lines(unreached)
+        if message:
+            assert message in self.stderr, self.stderr[-2000:]
+
     def assert_all_ok(self, n: int) -> None:
         """check_collectives.py's verdict (summary)."""
         self.summary(n)

@@ -56,12 +56,7 @@ def test_a_stall_names_the_missing_rank_and_the_bucket(run_mpi):
 ])
 def test_a_rank_that_leaves_ends_the_job(run_mpi, mode, message):
     """No DDL_STALL_* set: the ranks waiting in the barrier end the job, non-zero, within 30 s."""
-    result = run_mpi(3, "flat_job.py", mode, timeout=60)
-    assert result.returncode != 0
-    assert result.seconds < 30, f"took {result.seconds:.1f} s"
-    assert not result.lines("NOT REACHED")
-    if message:
-        assert message in result.stderr, result.stderr[-2000:]
+    run_mpi(3, "flat_job.py", mode, timeout=60).assert_ended_early(message, unreached="NOT REACHED")
 
 
 def test_the_timeline_shows_the_flat_reduction(run_mpi, tmp_path):
