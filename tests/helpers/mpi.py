@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -57,5 +58,16 @@ def run_script(n: int, script: Path, *args: str, env: dict | None = None, timeou
     environment.update(env or {})
     cmd = [*prefix, *launcher, "-n", str(n), sys.executable, str(script), *args]
     start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=environment, cwd=str(REPO))
-    return result(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+    # Its own session, so that a job past `timeout` goes whole (launcher, proxies and ranks), and
+    # the failure shows what the job had printed by then.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+                            cwd=str(REPO), start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"{script.name} {' '.join(args)} on {n} ranks did not end within {timeout:g} s "
+                             f"(killed)\n--- stdout (end) ---\n{stdout[-3000:]}\n--- stderr (end) ---\n"
+                             f"{stderr[-3000:]}") from None
+    return result(proc.returncode, stdout, stderr, time.monotonic() - start)
