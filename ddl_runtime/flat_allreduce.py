@@ -26,6 +26,7 @@ start() is allreduce_n_async of it (asynchronous, reduced in place).
 """
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Optional, Tuple
 
@@ -37,7 +38,7 @@ from .engine import Handle
 from .errors import DDLError, DDLInputError
 from .ops import REDUCE_N_OPS, _check_avg, _check_op, _describe, _entry, allreduce_n_async
 from .output_pool import aligned_bytes
-from .shm import SMALL_BYTES
+from .shm import SMALL_BYTES, sum_in_rank_order
 from .signature import digest, raise_mismatch
 from .timeline import TID_HOST, TID_MPI
 
@@ -49,10 +50,13 @@ class FlatAllreduce:
 
     def __init__(self, count: int, dtype, name: str, op: str = "avg") -> None:
         _check_op(op, REDUCE_N_OPS, "FlatAllreduce")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
             raise DDLInputError(f"FlatAllreduce: count must be a positive integer, got {count!r}")
-        self.dtype = np.dtype(dtype)
-        self.count = count
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            raise DDLInputError(f"FlatAllreduce: {dtype!r} is not a numpy dtype") from None
+        self.count = count = int(count)
         self.op = op
         self.name = str(name)
         self._private = np.zeros(count, dtype=self.dtype)
@@ -108,9 +112,7 @@ class FlatAllreduce:
         if not shm.barrier(self._digest):
             raise_mismatch(f"{self._what} (collective #{rt.watchdog.seq})", rt.control.allgather(self._signature))
         t1 = time.perf_counter()
-        np.add(slots[0], slots[1], out=total)
-        for other in slots[2:]:
-            np.add(total, other, out=total)
+        sum_in_rank_order(np.add, slots, total)
         t2 = time.perf_counter()
         if self.op == "avg":
             np.divide(total, np.array(rt.size, dtype=self.dtype), out=total)

@@ -359,10 +359,7 @@ class ShmGroup:
         t1 = time.perf_counter()
         if not self.barrier(digest):
             return False
-        ufunc = UFUNCS[op]
-        ufunc(packed[0], packed[1], out=total)
-        for other in packed[2:]:
-            ufunc(total, other, out=total)
+        sum_in_rank_order(UFUNCS[op], packed, total)
         t2 = time.perf_counter()
         if scale is None:
             for r, part in zip(refs, parts):
@@ -471,6 +468,14 @@ class Compiled:
                 + [(p.tensor, p.start, p.stop, view(me, p)) for p in own if widened[p.tensor]],
                 [(p.tensor, p.start, p.stop, view(me, p), tuple(view(r, p) for r in peers)) for p in own],
                 [(p.tensor, p.start, p.stop, view(p.owner, p)) for p in others]))
+
+
+def sum_in_rank_order(ufunc, packed: Sequence[np.ndarray], out: np.ndarray) -> None:
+    """`out` = every rank's packed buffer combined in rank order (at least two): each rank that
+    runs this gets the same bits (allreduce_small, flat_allreduce.FlatAllreduce)."""
+    ufunc(packed[0], packed[1], out=out)
+    for other in packed[2:]:
+        ufunc(out, other, out=out)
 
 
 def _publish(r: CompiledRound, flats: Sequence[np.ndarray], refs: Sequence[TensorRef]) -> None:

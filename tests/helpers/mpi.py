@@ -65,7 +65,10 @@ def run_script(n: int, script: Path, *args: str, env: dict | None = None, timeou
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended just then
+            pass
         stdout, stderr = proc.communicate()
         raise AssertionError(f"{script.name} {' '.join(args)} on {n} ranks did not end within {timeout:g} s "
                              f"(killed)\n--- stdout (end) ---\n{stdout[-3000:]}\n--- stderr (end) ---\n"

@@ -76,7 +76,13 @@ def test_the_timeline_shows_the_flat_reduction(run_mpi, tmp_path):
     ((10, np.float32, "b", "max"), "op 'max' is not one of sum, avg"),
     ((10, np.int64, "b", "avg"), "op 'avg' needs floating-point tensors; tensor 'b' is int64"),
     ((10, np.complex64, "b"), "unsupported dtype complex64"),
+    ((10, "nonsense", "b"), "FlatAllreduce: 'nonsense' is not a numpy dtype"),
+    ((2.5, np.float32, "b"), "count must be a positive integer, got 2.5"),
 ])
 def test_bad_arguments_are_refused_before_any_communication(args, message):
     with pytest.raises(DDLInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         FlatAllreduce(*args)
+
+
+def test_a_numpy_integer_count_is_taken():
+    assert FlatAllreduce(np.int64(10), "float32", "b").count == 10
