@@ -3,10 +3,13 @@
 
     python examples/bench_scaling.py --batch-size 32 --steps 200 --repeats 15 --independent --lockstep
     python examples/bench_scaling.py --mode jobs --batch-size 32 --repeats 5 --independent
+    python examples/bench_scaling.py --batch-size 32 --steps 200 --repeats 15 --independent --floor --horovod
 
 Every configuration runs the example's own step (forward, backward with the gradient
 reductions started from hooks, averaged SGD update) on the rank's shard of the digits data,
-one torch thread per rank and the same per-rank batch for every K (weak scaling).
+one torch thread per rank and the same per-rank batch for every K (weak scaling).  The
+distributed model uses ddl_runtime.torch's DistributedOptimizer, or with --horovod
+Horovod's (``hvd.DistributedOptimizer``, what an unchanged Horovod script runs).
 
 --mode phases (default): ONE ``mpiexec -n K`` job alternates short phases, --repeats times
 each: rank 0 alone (the others sleep), K ranks training the distributed model, and with
@@ -60,8 +63,7 @@ def worker(args: argparse.Namespace) -> int:
     model = train_digits.DigitsNet()
     opt = torch.optim.SGD(model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9)
     if not args.no_comm:
-        opt = ddl.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                       gradient_as_bucket_view=args.gradient_as_bucket_view)
+        opt = distributed_optimizer(args, opt, model)
         ddl.broadcast_parameters(model.state_dict(), root_rank=0)
 
     lockstep = args.lockstep_worker and size > 1  # a barrier after every step, no gradients exchanged
@@ -86,6 +88,20 @@ def worker(args: argparse.Namespace) -> int:
         with open(args.worker, "w") as fh:
             json.dump(result, fh)
     return 0
+
+
+def distributed_optimizer(args: argparse.Namespace, opt, model):
+    """The distributed model's optimizer: ddl_runtime.torch's, or with --horovod Horovod's
+    (``hvd.DistributedOptimizer`` of ddl_runtime's Horovod layer, as an unchanged Horovod script
+    gets it)."""
+    if args.horovod:
+        import ddl_runtime.horovod.torch as hvd
+
+        return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    import ddl_runtime.torch as ddl
+
+    return ddl.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                    gradient_as_bucket_view=args.gradient_as_bucket_view)
 
 
 def cpu_busy(seconds: float = 1.0) -> float:
@@ -163,9 +179,8 @@ def phases_worker(args: argparse.Namespace) -> int:
 
     torch.manual_seed(0)
     dist_model = train_digits.DigitsNet()
-    dist_opt = ddl.DistributedOptimizer(
-        torch.optim.SGD(dist_model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9),
-        named_parameters=dist_model.named_parameters(), gradient_as_bucket_view=args.gradient_as_bucket_view)
+    dist_opt = distributed_optimizer(
+        args, torch.optim.SGD(dist_model.parameters(), lr=ddl.scale_lr(0.01), momentum=0.9), dist_model)
     ddl.broadcast_parameters(dist_model.state_dict(), root_rank=0)
     dist_batches = batches_for(rank, size)
     solo_model = train_digits.DigitsNet()
@@ -309,7 +324,8 @@ def phases_driver(args: argparse.Namespace) -> int:
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats)] + (["--independent"] if args.independent else []) \
         + (["--lockstep"] if args.lockstep else []) + (["--floor"] if args.floor else []) \
-        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
+        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else []) \
+        + (["--horovod"] if args.horovod else [])
     try:
         proc = subprocess.run(cmd, text=True, timeout=args.timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if proc.returncode != 0:
@@ -420,7 +436,8 @@ def run_once(ranks: int, args: argparse.Namespace, no_comm: bool = False, lockst
     cmd = [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", out,
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--no-comm"] if no_comm else []) \
         + (["--no-comm", "--lockstep-worker"] if lockstep else []) \
-        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else [])
+        + (["--gradient-as-bucket-view"] if args.gradient_as_bucket_view else []) \
+        + (["--horovod"] if args.horovod else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         if proc.returncode != 0:
@@ -550,6 +567,8 @@ def main(argv=None) -> int:
                         "jobs: separate mpiexec -n 1 and -n K jobs, alternating")
     p.add_argument("--gradient-as-bucket-view", action="store_true",
                    help="DistributedOptimizer(gradient_as_bucket_view=True) (gradients in shared memory)")
+    p.add_argument("--horovod", action="store_true",
+                   help="the distributed model uses Horovod's hvd.DistributedOptimizer (ddl_runtime's Horovod layer)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--phases-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-comm", action="store_true", help=argparse.SUPPRESS)
@@ -557,6 +576,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.ranks < 2:
         p.error("--ranks must be at least 2")
+    if args.horovod and args.gradient_as_bucket_view:
+        p.error("--horovod and --gradient-as-bucket-view: Horovod's DistributedOptimizer has no such option")
     if args.worker:
         return phases_worker(args) if args.phases_worker else worker(args)
     return phases_driver(args) if args.mode == "phases" else driver(args)
