@@ -9,7 +9,7 @@ RANKS = 2
 CASES = ["shim_is_the_runtime", "average", "sum_op", "predivide_factor", "groups", "fp16_compression", "custom_compressor",
          "backward_passes_per_step", "force_allreduce_unused_parameter", "synchronize_clip_skip",
          "zero_grad_in_flight", "bad_arguments", "parameter_names_without_named_parameters",
-         "sparse_gradients", "broadcast_functions", "sync_batch_norm", "dynamic_timeline",
+         "sparse_gradients", "flat_buckets_match_the_per_tensor_path", "broadcast_functions", "sync_batch_norm", "dynamic_timeline",
          "process_set_optimizer", "models_that_differ_between_ranks"]
 
 

@@ -67,14 +67,16 @@ class _SetHandle:
 
 class _Pending:
     """What one launched bucket needs at synchronize(): per dense tensor its parameter and
-    compression context; the sparse parameters to reduce by allgather."""
+    compression context (for a flat bucket, its position in the bucket instead); the sparse
+    parameters to reduce by allgather."""
 
-    __slots__ = ("dense", "ctxs", "sparse")
+    __slots__ = ("dense", "ctxs", "sparse", "positions")
 
     def __init__(self) -> None:
         self.dense: List[torch.Tensor] = []
         self.ctxs: List[Any] = []
         self.sparse: List[torch.Tensor] = []
+        self.positions: Optional[List[int]] = None  # a flat bucket's: index of each dense parameter
 
 
 class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
@@ -130,8 +132,21 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         self._ddl_setup(named_parameters, self._hvd_engine_op, backward_passes_per_step, None)
         if groups is not None:
             self._hvd_regroup(groups)
+        self._hvd_flatten()
 
     # -- setup helpers ----------------------------------------------------------------------
+
+    def _hvd_flatten(self) -> None:
+        """Which buckets reduce as one flat array (the native engine's _Bucket.flatten: small CPU
+        float buckets, copied straight into the shared-memory arena on one host): those of the
+        whole job, without compression.  A compressor changes what travels per tensor, and a
+        process set reduces on its own communicator, so those keep the per-tensor path."""
+        flat = (self._hvd_global and self._hvd_compression is Compression.none and self._ddl_size > 1)
+        for bucket in self._ddl_buckets:
+            if not flat:
+                bucket.flat = None
+            elif bucket.flat is None and _native._flattens(bucket):
+                bucket.flatten(self._hvd_engine_op)
 
     def _ddl_check_consistent(self, names) -> None:
         # Parameters and groups must match on every rank; options (lr, betas...) may differ until
@@ -189,6 +204,9 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         bucket.handle = None
         if not self._hvd_reducing():  # outside the process set (or alone in it): nothing to do
             return
+        if bucket.flat is not None:
+            self._hvd_launch_flat(bucket)
+            return
         pending = _Pending()
         tensors: List[torch.Tensor] = []
         names: List[str] = []
@@ -224,6 +242,53 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
                 process_set=self._hvd_process_set))
         self._hvd_pending[bucket.index] = (pending, tensors)
 
+    def _hvd_launch_flat(self, bucket) -> None:
+        """_ddl_launch for a flat bucket: every dense gradient (zeros for one this rank did not
+        compute, as Horovod does; a sparse one densified with sparse_as_dense) copied into the
+        array the bucket's FlatAllreduce hands out, pre-scaled there, and the reduction started.
+        A sparse gradient otherwise leaves zeros in its place and is reduced by allgather."""
+        pending = _Pending()
+        pending.positions = []
+        parts, flags = bucket.views_of(bucket.flat.buffer())
+        into: List[torch.Tensor] = []
+        grads: List[torch.Tensor] = []
+        for j, p in enumerate(bucket.params):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            grad = p.grad
+            if grad.is_sparse:
+                if not self._hvd_sparse_as_dense:
+                    parts[j].zero_()
+                    pending.sparse.append(p)
+                    continue
+                grad = grad.to_dense()
+            into.append(parts[j])
+            grads.append(grad)
+            pending.dense.append(p)
+            pending.positions.append(j)
+        if into:
+            torch._foreach_copy_(into, grads)
+            if self._hvd_pre != 1.0:
+                torch._foreach_mul_(into, self._hvd_pre)
+        flags.fill_(1.0)  # the flat array's tail (the native engine's presence flags): unused here
+        bucket.handle = bucket.flat.start()
+        self._hvd_pending[bucket.index] = (pending, [])
+
+    def _hvd_store_flat(self, bucket, pending: _Pending, out: Any) -> None:
+        """The reduced flat array back into the gradients (post-scaled on the way)."""
+        parts, _ = bucket.views_of(out)
+        dense, values = [], []
+        for p, j in zip(pending.dense, pending.positions):
+            if p.grad.is_sparse:  # sparse_as_dense: made sparse again for the optimizer
+                self._hvd_store(p, parts[j], None)
+            else:
+                dense.append(p.grad)
+                values.append(parts[j])
+        if dense:
+            if self._hvd_post != 1.0:
+                values = torch._foreach_mul(values, self._hvd_post)
+            torch._foreach_copy_(dense, values)
+
     def _hvd_reducing(self) -> bool:
         return self._hvd_included and self._hvd_members > 1
 
@@ -239,10 +304,13 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
                 pending, tensors = self._hvd_pending.pop(bucket.index, (None, []))
                 if pending is None:
                     continue
-                results = bucket.handle.wait() if bucket.handle is not None else tensors
+                if pending.positions is not None:
+                    self._hvd_store_flat(bucket, pending, bucket.handle.wait())
+                else:
+                    results = bucket.handle.wait() if bucket.handle is not None else tensors
+                    for p, out, ctx in zip(pending.dense, results, pending.ctxs):
+                        self._hvd_store(p, out, ctx)
                 bucket.handle = None
-                for p, out, ctx in zip(pending.dense, results, pending.ctxs):
-                    self._hvd_store(p, out, ctx)
                 for p in pending.sparse:
                     self._hvd_store_sparse(p)
         finally:

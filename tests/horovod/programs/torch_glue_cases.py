@@ -321,6 +321,49 @@ def sparse_gradients():
 
 
 @case
+def flat_buckets_match_the_per_tensor_path():
+    """The job's small float buckets reduce as one flat array (copied straight into the
+    shared-memory arena on one host); a compressor or a process set keeps the per-tensor path.
+    Either way every gradient comes back with the same bits as the per-tensor path gives
+    (DDL_FLAT_BUCKETS=0), for every op, the predivide factor, a gradient unused on rank 0 and
+    three steps in a row."""
+    def grads_after(flat, use_fc3, **kwargs):
+        os.environ["DDL_FLAT_BUCKETS"] = "1" if flat else "0"
+        try:
+            model, x, y = setup(seed=3)
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                           named_parameters=model.named_parameters(), **kwargs)
+        finally:
+            os.environ.pop("DDL_FLAT_BUCKETS")
+        taken = [b.flat is not None for b in opt._ddl_buckets]
+        out = []
+        for step in range(3):
+            opt.zero_grad()
+            loss_of(model, x * (step + 1), y, use_fc3 or step == 2).backward()
+            opt.step()
+            out.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        return taken, out
+
+    for kwargs in ({}, {"op": hvd.Sum}, {"gradient_predivide_factor": 4.0}):
+        for use_fc3 in (True, hvd.rank() != 0):
+            what = f"{kwargs or 'average'}, fc3 used on rank 0: {use_fc3}"
+            taken, flat = grads_after(True, use_fc3, **kwargs)
+            check(taken and all(taken), f"{what}: buckets not flat: {taken}")
+            plain_taken, plain = grads_after(False, use_fc3, **kwargs)
+            check(not any(plain_taken), f"{what}: DDL_FLAT_BUCKETS=0 still flattened")
+            for step, (a, b) in enumerate(zip(flat, plain)):
+                for n in a:
+                    check(torch.equal(a[n], b[n]), f"{what}, step {step}: {n} differs from the per-tensor path")
+    for kwargs in ({"compression": hvd.Compression.fp16}, {"process_set": hvd.global_process_set}):
+        model, _, _ = setup()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), **kwargs)
+        flat = [b.flat is not None for b in opt._ddl_buckets]
+        expected = "compression" not in kwargs  # the global set is the whole job
+        check(all(flat) if expected else not any(flat), f"{kwargs}: flat buckets {flat}")
+
+
+@case
 def broadcast_functions():
     torch.manual_seed(hvd.rank())  # different starting points
     model = Net()
