@@ -8,13 +8,19 @@ shared box hits all alike), median of the rounds:
 * allreduce of one float32 tensor (1 KB and 4 MB), average, in place:
   ``ddl_runtime.allreduce(t, op="avg")`` vs ``hvd.allreduce_(t, op=hvd.Average)``;
 * a training step (backward + step, SGD) of an MLP with ~1.1 M parameters in 6 tensors:
-  ``ddl_runtime.torch.DistributedOptimizer`` vs ``hvd.DistributedOptimizer``.
+  ``ddl_runtime.torch.DistributedOptimizer`` vs ``hvd.DistributedOptimizer``;
+* the digits CNN's (examples/train_digits.py) gradient exchange alone: fresh gradient tensors
+  (as backward leaves them after ``zero_grad()``), then ``synchronize()``, native vs Horovod,
+  once with the small bucket flat (``FlatAllreduce``, the default) and once a tensor at a time
+  (optimizers built under ``DDL_FLAT_BUCKETS=0``).
 
 Rank 0 prints a table and, with ``--json FILE``, writes the figures.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import torch
 from _timing import report_pairs, time_interleaved
@@ -34,6 +40,32 @@ def _train_step(model, opt, x, y):
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
+
+
+def _digits_exchange(make_optimizer, flat: bool):
+    """One step's gradient exchange of the digits CNN: fresh gradient tensors, synchronize()."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import train_digits
+
+    torch.manual_seed(0)
+    model = train_digits.DigitsNet()
+    os.environ["DDL_FLAT_BUCKETS"] = "1" if flat else "0"
+    try:
+        opt = make_optimizer(torch.optim.SGD(model.parameters(), lr=0.0), named_parameters=model.named_parameters())
+    finally:
+        del os.environ["DDL_FLAT_BUCKETS"]
+    for hook in opt._ddl_hooks:  # synchronize() alone launches the buckets
+        hook.remove()
+    params = list(model.parameters())
+    grads = [torch.randn_like(p) for p in params]
+
+    def step():
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.synchronize()
+        opt._ddl_synced = False
+        opt._ddl_reset()
+    return step
 
 
 def main(argv=None) -> int:
@@ -58,6 +90,10 @@ def main(argv=None) -> int:
         "allreduce 4 MB: hvd.allreduce_": lambda: hvd.allreduce_(large, op=hvd.Average, name="large"),
         "MLP step: ddl_runtime.torch.DistributedOptimizer": lambda: _train_step(m_native, opt_native, x, y),
         "MLP step: hvd.DistributedOptimizer": lambda: _train_step(m_hvd, opt_hvd, x, y),
+        "digits exchange, flat: ddl_runtime.torch": _digits_exchange(native.DistributedOptimizer, True),
+        "digits exchange, flat: hvd": _digits_exchange(hvd.DistributedOptimizer, True),
+        "digits exchange, per tensor: ddl_runtime.torch": _digits_exchange(native.DistributedOptimizer, False),
+        "digits exchange, per tensor: hvd": _digits_exchange(hvd.DistributedOptimizer, False),
     }
     times = time_interleaved(methods, a.rounds, a.calls, hvd.barrier)
     if hvd.rank() == 0:
