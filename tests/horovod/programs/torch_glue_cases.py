@@ -449,6 +449,9 @@ def process_set_optimizer():
     expected = local_grads(model, [(x, y)])
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters(), process_set=solo)
+    # a set smaller than the job reduces on its own communicator: never through the flat buckets,
+    # whose FlatAllreduce spans the whole job
+    check(not any(b.flat is not None for b in opt._ddl_buckets), "process set [0]: a bucket is flat")
     loss_of(model, x, y).backward()
     opt.step()
     expect_grads(model, expected, "process set [0]: local gradients")
