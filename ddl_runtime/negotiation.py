@@ -34,6 +34,8 @@ from .errors import DDLError, DDLInputError, DDLMismatchError
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 YIELD_AFTER_S = 50e-6
+REFUSAL_FLUSH_S = 1.0  # at shutdown, how long a pending refusal may wait for its round to complete
+DEPARTED_GRACE_S = 1.0  # a peer that finalized this long ago while we still wait will never come
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Request:
     inputs: List[Optional[np.ndarray]] = field(default_factory=list)
     outputs: List[Optional[np.ndarray]] = field(default_factory=list)
     extra: Any = None  # alltoall: the splits (rows sent to each rank)
+    error: Optional[str] = None  # a rank-local bad input: announced so that every rank fails, not just this one
 
     @property
     def key(self) -> str:
@@ -54,7 +57,7 @@ class Request:
         return f"{self.kind}.{self.name}"
 
     def descriptor(self) -> tuple:
-        return (self.kind, self.name, self.params, tuple(self.tensors), self.extra)
+        return (self.kind, self.name, self.params, tuple(self.tensors), self.extra, self.error)
 
 
 class Handle:
@@ -112,8 +115,12 @@ class Controller:
         self.in_flight: List[Tuple[kernels.InFlight, List[Handle]]] = []
         self.noname: Dict[str, int] = {}
         self.closed = False
+        self.broken: Optional[str] = None  # why no collective of this set can complete any more
         self.lock = threading.RLock()
         self.progress_all: Callable[[], None] = self.progress  # the registry makes waits progress every set
+        # Ranks of the whole job (global numbers) that have finalized or exited, from the runtime's
+        # watchdog: none of them will ever submit again.  The registry wires this up.
+        self.departed: Callable[[], Sequence[int]] = lambda: ()
 
     # -- submitting -----------------------------------------------------------------------
     def auto_name(self, kind: str) -> str:
@@ -128,6 +135,8 @@ class Controller:
     def _submit(self, request: Request) -> Handle:
         if self.closed:
             raise DDLError(f"{request.kind} '{request.name}': the process set was removed or shut down")
+        if self.broken:
+            raise DDLError(f"{request.kind} '{request.name}': {self.broken}")
         if request.key in self.local:
             raise DDLInputError(
                 f"{request.kind} '{request.name}': a collective with this name is still in flight on this rank; "
@@ -293,6 +302,10 @@ class Controller:
         first = next(iter(descs.values()))
         kind = first[0]
         what = f"{kind} '{name}'"
+        bad = {r: d[5] for r, d in descs.items() if len(d) > 5 and d[5]}
+        if bad:
+            return f"{what}: " + "; ".join(f"rank {self.global_ranks[r]} refused its input: {msg}"
+                                          for r, msg in sorted(bad.items()))
         if len({d[2] for d in descs.values()}) > 1:
             label = {"allreduce": "op/scale factors", "reducescatter": "op/scale factors",
                      "broadcast": "root rank"}.get(kind, "arguments")
@@ -407,6 +420,7 @@ class Controller:
         warned_at = start
         limit = timeout if timeout is not None else self.stall_shutdown_s
         spins = 0
+        gone_since: Optional[float] = None
         while True:
             self.progress_all()
             if handle.finished:
@@ -419,17 +433,32 @@ class Controller:
             if now - warned_at >= self.stall_warning_s:
                 warned_at = now
                 _log.log(f"{self._stall_line(handle)} for {waited:.0f} s")
+            gone = self._departed_peers()
+            if gone:
+                gone_since = gone_since if gone_since is not None else now
+                if now - gone_since >= DEPARTED_GRACE_S:  # a transfer the peer finished just before leaving completes
+                    self.broken = (f"{_ranks(gone)} shut down (finalize or exit): no collective of process set "
+                                   f"{self.set_id} can complete any more")
+                    self._give_up(handle, DDLError(f"{handle.request.kind} '{handle.request.name}': {_ranks(gone)} "
+                                                   "shut down (finalize or exit) without taking part in it"))
             if limit is not None and waited >= limit:
-                with self.lock:
-                    error = DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up")
-                    if handle in self.unannounced:
-                        self.unannounced.remove(handle)
-                    self._fail(handle, error)  # the name is free again on this rank
-                raise error
+                self._give_up(handle, DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up"))
             if waited > 1.0:
                 time.sleep(0.0005)  # a long wait: stop burning a core
             elif waited > YIELD_AFTER_S:
                 os.sched_yield()  # let a peer rank (or this rank's other threads) run
+
+    def _give_up(self, handle: Handle, error: BaseException) -> None:
+        with self.lock:
+            if handle in self.unannounced:
+                self.unannounced.remove(handle)
+            self._fail(handle, error)  # the name is free again on this rank
+        raise error
+
+    def _departed_peers(self) -> List[int]:
+        """Members of this set (global ranks) that have finalized or exited."""
+        me = self.global_ranks[self.rank]
+        return sorted(r for r in self.departed() if r in self.global_ranks and r != me)
 
     def _stall_line(self, handle: Handle) -> str:
         req = handle.request
@@ -443,7 +472,21 @@ class Controller:
         missing = [self.global_ranks[r] for r in range(self.size) if r not in entry.descs and r not in self.joined]
         return f"{req.kind} '{req.name}': waiting for {_ranks(missing)} to submit it"
 
+    def refuse(self, kind: str, name: str, error: str) -> None:
+        """Announce that this rank cannot take part in `kind` `name` (a bad input here), so that every
+        rank's request of that name fails with `error` instead of waiting for this one.  Does not wait."""
+        with self.lock:
+            if self.closed or self.broken or f"{kind}.{name}" in self.local:
+                return
+            self._submit(Request(kind, name, (), [], error=error))
+
     def close(self) -> None:
+        # A refusal announced just before shutdown: give its round a moment to reach the peers.
+        deadline = time.monotonic() + REFUSAL_FLUSH_S
+        while not self.broken and any(h.request.error and not h.finished for h in self.local.values()) \
+                and (self.unannounced or self._round_state is not None) and time.monotonic() < deadline:
+            self.progress()
+            time.sleep(0.0005)
         self.closed = True
         for comm in (self.neg, self.data):
             try:

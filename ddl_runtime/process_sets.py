@@ -28,7 +28,15 @@ class Registry:
         ctl = Controller(comm, ranks, self.rt.fusion_bytes, env.stall_warning_s, env.stall_shutdown_s,
                          self.rt.timeline, set_id)
         ctl.progress_all = self.progress
+        ctl.departed = self._departed
         return ctl
+
+    def _departed(self):
+        """Ranks whose exit the runtime's watchdog has heard of (it polls itself when it has no thread)."""
+        watchdog = self.rt.watchdog
+        if not watchdog.threaded and not watchdog.closed:
+            watchdog.poll(answer=True)
+        return list(watchdog.exited)
 
     def controller(self, set_id: int) -> Controller:
         ctl = self.controllers.get(set_id)

@@ -83,3 +83,21 @@ def test_tensorflow_keras_refuses_another_backend():
     assert p.returncode != 0
     assert "horovod.tensorflow.keras needs the TensorFlow Keras backend" in p.stderr
     assert "use horovod.keras" in p.stderr
+
+
+FAULT_CHECKS = [
+    "mismatch: FailedPreconditionError on every rank (eager, tf.function, graph)",
+    "one rank's bad input: an error on every rank, the job goes on",
+    "graph mode: independent collectives named from the graph, run 40 times",
+    "rank_op, size_op, local ops, uint16 and bool",
+]
+
+
+def test_horovod_tensorflow_errors_reach_every_rank_and_graphs_never_deadlock():
+    """Horovod's error classes on every rank; a bad input on one rank fails the others too; a
+    graph of independent collectives runs 40 times whatever order the executor picks; a rank
+    that leaves ends the other's wait within seconds.  No stall shutdown is set: a hang would
+    hit the timeout."""
+    out = _ddlrun("hvd_tf_faults.py", timeout=240)
+    assert _passed(out, 1) == FAULT_CHECKS, out[-4000:]
+    assert _passed(out, 0) == FAULT_CHECKS + ["a rank that left ends the others' waits, naming it"], out[-4000:]

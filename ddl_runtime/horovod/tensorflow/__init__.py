@@ -24,7 +24,13 @@ from .compression import Compression  # noqa: F401
 from .functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables  # noqa: F401
 from .gradient_tape import DistributedGradientTape  # noqa: F401
 from .mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast, broadcast_, grouped_allgather,  # noqa: F401
-                      grouped_allreduce, grouped_reducescatter, join, reducescatter)
+                      grouped_allreduce, grouped_reducescatter, join, local_rank_op, local_size_op,
+                      process_set_included_op, rank_op, reducescatter, size_op)
+from .errors import HorovodMismatchError, HorovodShutdownError  # noqa: F401
+from .util import _executing_eagerly  # noqa: F401
+from .naming import reserve_graph_threads as _reserve_graph_threads
+
+_reserve_graph_threads()
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='', device_sparse='',

@@ -110,7 +110,7 @@ with tf.GradientTape() as tape:
 close(tape.gradient(y, w), [2.0 * (r + 1)] * 2)  # upstream ones, summed over 2 ranks, times this rank's factor
 with tf.GradientTape() as tape:
     y = tf.reduce_sum(hvd.allgather(tf.reshape(w, [1, 2])) * tf.constant([[1.0], [2.0]]))
-close(tape.gradient(y, w), [[2.0, 2.0], [4.0, 4.0]][r])  # summed upstream gradient, this rank's row
+close(tape.gradient(y, w), [[1.0, 1.0], [2.0, 2.0]][r])  # Horovod: this rank's rows of the averaged gradient
 ok("gradients through allreduce and allgather")
 
 # DistributedGradientTape: 2 ranks x half the batch == 1 rank x the whole batch (mean loss)
