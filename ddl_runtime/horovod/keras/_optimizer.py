@@ -80,7 +80,7 @@ class _HorovodOptimizerMixin:
         if aggregation is None:
             return super().apply(self._hvd_exchange(grads, variables), trainable_variables)  # type: ignore[misc]
         if not self.built:  # build outside the conditional update (Keras would build inside it)
-            with keras.backend.name_scope(self.name, caller=self):
+            with keras.name_scope(self.name, caller=self):
                 self.build(variables)
         aggregation.step(self, grads, variables, self._hvd_exchange,
                          lambda g, v: super(_HorovodOptimizerMixin, self).apply(g, v))
