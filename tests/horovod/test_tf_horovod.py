@@ -36,6 +36,7 @@ KERAS_CHECKS = [
     "BroadcastGlobalVariablesCallback(local_variables=...): local weights and their optimizer slots stay",
     "Keras 2 spellings: opt.lr, opt.get_gradients, TF1 / class optimizers name the Keras 3 spelling",
     "value collectives, DistributedOptimizer bad arguments",
+    "local_layers on one rank only: one-line mismatch error on every rank",
 ]
 
 

@@ -305,3 +305,15 @@ except ValueError as exc:
 else:
     raise AssertionError("local_variables=[1.0]: no error")
 ok("value collectives, DistributedOptimizer bad arguments")
+
+# -- a local layer on one rank only: a one-line mismatch error on every rank, no hang (last: the job is spent)
+model, local, shared = two_path_model(50)
+model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[local] if r == 0 else []),
+              loss="mse")
+try:
+    model.fit(xb, yb, batch_size=4, epochs=1, verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+except Exception as exc:  # noqa: BLE001 - the engine's DDLMismatchError
+    assert type(exc).__name__ == "DDLMismatchError" and "local/kernel" in str(exc) and "\n" not in str(exc), exc
+else:
+    raise AssertionError("local_layers on rank 0 only: no error")
+ok("local_layers on one rank only: one-line mismatch error on every rank")
