@@ -308,8 +308,8 @@ ok("value collectives, DistributedOptimizer bad arguments")
 
 # -- a local layer on one rank only: a one-line mismatch error on every rank, no hang (last: the job is spent)
 model, local, shared = two_path_model(50)
-model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=[local] if r == 0 else []),
-              loss="mse")
+only_rank0 = [local] if r == 0 else []
+model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1), local_layers=only_rank0), loss="mse")
 try:
     model.fit(xb, yb, batch_size=4, epochs=1, verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
 except Exception as exc:  # noqa: BLE001 - the engine's DDLMismatchError

@@ -161,7 +161,8 @@ for scale in (True, False):
     with tf.GradientTape() as t:
         loss = tf.reduce_sum(local_layer(xb)) + tf.reduce_sum(shared_layer(xb) ** 2)
     grads = t.gradient(loss, [local_layer.kernel, shared_layer.kernel])
-    tape = hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[local_layer], scale_local_gradients=scale)
+    tape = hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[local_layer],
+                                              scale_local_gradients=scale)
     with tape:
         loss = tf.reduce_sum(local_layer(xb)) + tf.reduce_sum(shared_layer(xb) ** 2)
     local_grad, shared_grad = tape.gradient(loss, [local_layer.kernel, shared_layer.kernel])
