@@ -23,14 +23,20 @@ TF_CHECKS = [
     "allgather with different first dims", "broadcast, broadcast_, broadcast_variables",
     "broadcast_object, allgather_object", "alltoall with splits", "reducescatter, grouped_reducescatter",
     "gradients through allreduce and allgather",
-    "DistributedGradientTape equivalence (eager, tf.function, fp16 + predivide)", "join, barrier",
+    "DistributedGradientTape equivalence (eager, tf.function, fp16 + predivide)",
+    "PartialDistributedGradientTape (local / size, shared averaged, get_local_and_global_gradients)", "join, barrier",
     "errors: Adasum, bad splits, shape mismatch",
 ]
 KERAS_CHECKS = [
     "DistributedOptimizer == full batch (none, fp16, op=Sum)",
     "BroadcastGlobalVariablesCallback in model.fit (weights and optimizer state)", "MetricAverageCallback",
     "LearningRateWarmupCallback, LearningRateScheduleCallback", "load_model",
+    "backward_passes_per_step == local sums reduced every N steps (sum, average, iterations, fit)",
+    "PartialDistributedOptimizer, register_local_var (local gradient / size, shared averaged)",
+    "BroadcastGlobalVariablesCallback(local_variables=...): local weights and their optimizer slots stay",
+    "Keras 2 spellings: opt.lr, opt.get_gradients, TF1 / class optimizers name the Keras 3 spelling",
     "value collectives, DistributedOptimizer bad arguments",
+    "local_layers on one rank only: one-line mismatch error on every rank",
 ]
 
 

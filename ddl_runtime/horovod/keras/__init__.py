@@ -10,6 +10,9 @@ Horovod wrapped tf.keras (Keras 2) and does not run with Keras 3; this is its AP
                               hvd.callbacks.MetricAverageCallback(),
                               hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.001 * hvd.size())])
 
+``PartialDistributedOptimizer(opt, local_layers=[...])`` keeps the local layers' gradients on
+each rank; ``backward_passes_per_step=N`` accumulates N passes locally before one reduction.
+
 ``horovod.tensorflow.keras`` is the same API and insists on the TensorFlow backend.
 :func:`DistributedOptimizer` changes the optimizer's class (to a subclass of its own class with
 the same name, so a saved model records the original optimizer) so that ``apply`` reduces the
@@ -28,7 +31,7 @@ from ddl_runtime.horovod.common import *  # noqa: F401,F403  (init, rank, size, 
 from ddl_runtime.horovod.timeline import start_timeline, stop_timeline  # noqa: F401
 
 from . import callbacks  # noqa: F401
-from ._optimizer import DistributedOptimizer  # noqa: F401
+from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from ._values import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter  # noqa: F401
 from .compression import Compression  # noqa: F401
 

@@ -7,7 +7,8 @@ SGD's / RMSprop's ``momentum`` is a plain float baked into the compiled step.  S
 
 - :class:`BroadcastGlobalVariablesCallback` broadcasts the root's model variables when training
   starts and, as Horovod does, model *and* optimizer variables again after the first batch
-  (the optimizer state exists by then).  On TensorFlow it and MetricAverageCallback turn XLA
+  (the optimizer state exists by then); ``local_variables`` and their optimizer slots stay
+  rank-local.  On TensorFlow it and MetricAverageCallback turn XLA
   off for the train step when Keras compiled it with ``jit_compile`` (one notice line).
 - :class:`MetricAverageCallback` replaces each epoch's numeric metrics by their mean over ranks.
 - :class:`LearningRateScheduleCallback` / :class:`LearningRateWarmupCallback` set
@@ -59,15 +60,47 @@ def _optimizer_variables(optimizer: Any) -> List[Any]:
     return list(optimizer.variables)
 
 
+def _as_variables(local_variables: Any) -> List[Any]:
+    """Horovod's ``local_variables``: None, one variable, or a collection of variables."""
+    if local_variables is None:
+        return []
+    kinds: tuple = (keras.Variable,)
+    if "tensorflow" in sys.modules:
+        kinds += (sys.modules["tensorflow"].Variable,)
+    items = [local_variables] if isinstance(local_variables, kinds) else local_variables
+    try:
+        items = list(items)
+    except TypeError:
+        items = [items]
+    for v in items:
+        if not isinstance(v, kinds):
+            raise DDLInputError(f"BroadcastGlobalVariablesCallback: local_variables must be variables "
+                                f"(keras.Variable or tf.Variable), got a {type(v).__name__}")
+    return items
+
+
+def _slot_owner(slot: Any, prefixes: Dict[str, Any]) -> Optional[Any]:
+    """The model variable an optimizer slot was made for: Keras 3 names a slot
+    ``<variable path with '/' -> '_'>_<slot name>`` (longest matching path wins)."""
+    name = str(getattr(slot, "name", ""))
+    best = max((p for p in prefixes if name.startswith(p)), key=len, default=None)
+    return prefixes[best] if best is not None else None
+
+
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcast the root's model (and optimizer) variables, so every rank starts the same.
 
     Horovod's semantics: needed when ranks start from different random weights or a checkpoint
     restored on the root only.  Broadcasts at the start of training and once more after the
     first batch (Keras 3 builds the optimizer's state on the first step).
+    ``local_variables`` (one variable or a list; model parallelism, Horovod >= 0.27) are not
+    broadcast: each rank keeps its own (their shapes may differ between ranks).  Unlike Horovod,
+    which still broadcasts the optimizer's slots of a local variable (momentum, Adam's moments)
+    after the first batch, those slots stay rank-local too: they belong to this rank's own
+    variable.
     """
 
-    def __init__(self, root_rank: int = 0, device: str = "") -> None:
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables: Any = None) -> None:
         super().__init__()
         _init()
         if not isinstance(root_rank, int) or isinstance(root_rank, bool) or not 0 <= root_rank < _ddl.size():
@@ -76,11 +109,28 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.root_rank = root_rank
         self.device = device  # accepted for Horovod compatibility; variables stay where Keras put them
         self.broadcast_done = False
+        self._local: Dict[int, Any] = {}
+        for v in _as_variables(local_variables):
+            self.register_local_var(v)
+
+    def register_local_var(self, var: Any) -> None:
+        """Horovod's API: ``var`` (and its optimizer slots) is not broadcast."""
+        self._local[id(var)] = var
+
+    def _shared(self, variables: List[Any]) -> List[Any]:
+        return [v for v in variables if id(v) not in self._local]
+
+    def _shared_optimizer_variables(self) -> List[Any]:
+        opt_vars = _optimizer_variables(self.model.optimizer)
+        if not self._local:
+            return opt_vars
+        prefixes = {str(v.path).replace("/", "_") + "_": v for v in self.model.trainable_variables}
+        return [s for s in self._shared(opt_vars) if id(_slot_owner(s, prefixes)) not in self._local]
 
     def _broadcast(self, with_optimizer: bool) -> None:
-        _broadcast_variables(self.model.variables, self.root_rank, "model variable")
+        _broadcast_variables(self._shared(self.model.variables), self.root_rank, "model variable")
         if with_optimizer:
-            opt_vars = _optimizer_variables(self.model.optimizer)
+            opt_vars = self._shared_optimizer_variables()
             if opt_vars:
                 _broadcast_variables(opt_vars, self.root_rank, "optimizer variable")
 

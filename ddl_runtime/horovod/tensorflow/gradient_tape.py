@@ -1,4 +1,5 @@
-"""Horovod's DistributedGradientTape for TensorFlow 2 (eager and tf.function)."""
+"""Horovod's DistributedGradientTape and PartialDistributedGradientTape for TensorFlow 2
+(eager, tf.function, and graph mode)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,10 +8,14 @@ import tensorflow as tf
 
 from ddl_runtime.errors import DDLInputError
 
-from ..common.basics import Average, reduce_op
+from ..common.basics import Average, reduce_op, size
+from ..common.local_gradients import LocalVariables, local_layer_variables
 from ..common.process_sets import global_process_set
+from ._keras3 import add_variable_ref
 from .compression import Compression
 from .mpi_ops import grouped_allreduce
+
+add_variable_ref()  # Keras 3 variables get tf.Variable's ref(), which TF2 Horovod code keys dicts by
 
 
 class DistributedGradientTape:
@@ -20,6 +25,8 @@ class DistributedGradientTape:
     as in Horovod: all gradients go through one negotiated grouped allreduce; IndexedSlices
     become dense (Horovod's ``sparse_as_dense=True``); gradients that are None stay None.
     ``num_groups`` / ``groups`` only steer Horovod's fusion and change nothing here.
+    ``register_local_source(var)`` keeps ``var``'s gradient on this rank (not reduced; divided
+    by the process set's size when ``scale_local_gradients``), as Horovod >= 0.27 does.
     """
 
     def __init__(self, gradtape, device_dense='', device_sparse='', compression=Compression.none,
@@ -39,6 +46,7 @@ class DistributedGradientTape:
         self._op, self._factor = op, factor
         self._compression = compression or Compression.none
         self._process_set = process_set
+        self._local = LocalVariables(scale_local_gradients)
 
     def __enter__(self):
         self._tape.__enter__()
@@ -50,19 +58,44 @@ class DistributedGradientTape:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tape, name)
 
+    def register_local_source(self, source) -> None:
+        """Horovod's API: ``source``'s gradient stays on this rank (not reduced over the ranks)."""
+        self._local.register([source])
+
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
         flat = tf.nest.flatten(grads)
-        present = [i for i, g in enumerate(flat) if g is not None]
-        if not present:
+        if not any(g is not None for g in flat):
             return grads
-        dense = [tf.convert_to_tensor(flat[i]) for i in present]
-        reduced = grouped_allreduce(dense, op=self._op, compression=self._compression,
-                                    prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
-                                    name="DistributedGradientTape", process_set=self._process_set)
-        out = list(flat)
-        for i, r in zip(present, reduced):
-            out[i] = r
+        members = size() if self._process_set is global_process_set else self._process_set.size()
+        out = self._local.exchange(flat, tf.nest.flatten(sources), members, self._reduce)
         return tf.nest.pack_sequence_as(grads, out)
+
+    def _reduce(self, grads, sources):
+        dense = [tf.convert_to_tensor(g) for g in grads]
+        return grouped_allreduce(dense, op=self._op, compression=self._compression,
+                                 prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
+                                 name="DistributedGradientTape", process_set=self._process_set)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """Horovod's API: ``gradient()`` split into ``(local, global)`` lists of (source, gradient)."""
+        sources = list(sources)
+        grads = self.gradient(target, sources, output_gradients=output_gradients)
+        pairs = list(zip(sources, grads))
+        return [p for p in pairs if p[0] in self._local], [p for p in pairs if p[0] not in self._local]
+
+
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """:class:`DistributedGradientTape` that keeps the gradients of ``local_layers``' (a Keras layer or
+    a list of them) trainable variables on this rank (Horovod >= 0.27, model parallelism)."""
+    local = local_layer_variables(local_layers, "PartialDistributedGradientTape")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for var in local:
+        tape.register_local_source(var)
+    return tape

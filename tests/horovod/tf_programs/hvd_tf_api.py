@@ -148,6 +148,40 @@ fp16 = hvd.DistributedGradientTape(t, compression=hvd.Compression.fp16,
 close(fp16, expected_grad, tol=1e-2)
 ok("DistributedGradientTape equivalence (eager, tf.function, fp16 + predivide)")
 
+# PartialDistributedGradientTape: the local layer's gradient stays this rank's (divided by size), the rest averaged
+import keras  # noqa: E402
+
+local_layer, shared_layer = keras.layers.Dense(1, use_bias=False), keras.layers.Dense(1, use_bias=False)
+local_layer.build((None, 3))
+shared_layer.build((None, 3))
+local_layer.kernel.assign(tf.fill([3, 1], float(r + 1)))
+shared_layer.kernel.assign(tf.fill([3, 1], float(r + 1)))
+xb = tf.constant(data[half])
+for scale in (True, False):
+    with tf.GradientTape() as t:
+        loss = tf.reduce_sum(local_layer(xb)) + tf.reduce_sum(shared_layer(xb) ** 2)
+    grads = t.gradient(loss, [local_layer.kernel, shared_layer.kernel])
+    tape = hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[local_layer],
+                                              scale_local_gradients=scale)
+    with tape:
+        loss = tf.reduce_sum(local_layer(xb)) + tf.reduce_sum(shared_layer(xb) ** 2)
+    local_grad, shared_grad = tape.gradient(loss, [local_layer.kernel, shared_layer.kernel])
+    close(local_grad, grads[0] / (n if scale else 1))
+    close(shared_grad, hvd.allreduce(grads[1], op=hvd.Average), tol=1e-5)
+    assert float(tf.reduce_max(tf.abs(shared_grad - grads[1]))) > 0  # ranks' shared gradients differ
+with hvd.PartialDistributedGradientTape(tf.GradientTape(persistent=True), local_layers=local_layer) as tape:
+    loss = tf.reduce_sum(local_layer(xb)) + tf.reduce_sum(shared_layer(xb) ** 2)
+local_pairs, global_pairs = tape.get_local_and_global_gradients(loss, [local_layer.kernel, shared_layer.kernel])
+assert [v is local_layer.kernel for v, _ in local_pairs] == [True], local_pairs
+assert [v is shared_layer.kernel for v, _ in global_pairs] == [True], global_pairs
+try:
+    hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[tf.Variable(1.0)])
+except ValueError as exc:
+    assert "keras.layers.Layer" in str(exc), exc
+else:
+    raise AssertionError("local_layers=[tf.Variable]: no error")
+ok("PartialDistributedGradientTape (local / size, shared averaged, get_local_and_global_gradients)")
+
 # join: rank 0 joins early and contributes zeros to rank 1's allreduce
 if r == 0:
     last = hvd.join()

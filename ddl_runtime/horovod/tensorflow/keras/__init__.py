@@ -20,7 +20,7 @@ if keras.backend.backend() != "tensorflow":
                         f"{keras.backend.backend()!r} (KERAS_BACKEND); use horovod.keras for other backends")
 
 from ddl_runtime.horovod.keras import *  # noqa: E402,F401,F403
-from ddl_runtime.horovod.keras import DistributedOptimizer, load_model  # noqa: E402,F401
+from ddl_runtime.horovod.keras import DistributedOptimizer, PartialDistributedOptimizer, load_model  # noqa: E402,F401
 from ddl_runtime.horovod.tensorflow.compression import Compression  # noqa: E402,F401
 
 from . import callbacks  # noqa: E402,F401
