@@ -102,7 +102,7 @@ GpuBinding = Annotated[Optional[str], typer.Option("--gpu-binding", help="per-ra
 Horovod = Annotated[bool, typer.Option("--horovod", help="Run a Horovod script unchanged: 'import horovod.torch' (.tensorflow, .keras) gives ddl_runtime's Horovod API (exports WML_HOROVOD=1 for ddlrun).")]
 ChainLength = Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")]
 CheckpointDir = Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")]
-SignalMargin = Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, HH:MM:SS, or seconds as 90s; default: the site's, 5:00).")]
+SignalMargin = Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")]
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
 OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
 

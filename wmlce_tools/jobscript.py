@@ -231,6 +231,7 @@ def _chain_context(plan: JobPlan) -> Optional[dict]:
         timer_s=None if warns else chain.walltime_s - chain.margin_s,
         warning_from="the scheduler's warning before the walltime" if warns else "this script's timer: the walltime is near",
         finished_name=FINISHED_FILE, exit_resume=EXIT_RESUME,
+        scheduler_title={"pbs": "PBS Pro", "cobalt": "Cobalt", "local": "The local site"}.get(plan.site.scheduler, plan.site.scheduler),
         end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end", str(chain.run_dir), str(seg.index)]))
 
 

@@ -131,7 +131,7 @@ class ChainOptions(_Strict):
     without it) says ``scheduler_warning: false`` and gets the timer too."""
 
     scheduler_warning: Annotated[Optional[bool], Meta(description="the scheduler sends the stop signal before the walltime (default: yes for Slurm and LSF, no for PBS Pro, Cobalt and local, whose job script keeps its own timer)")] = None
-    signal_margin: Annotated[str, Meta(description="default --signal-margin: how long before the walltime the ranks are told to checkpoint and stop (minutes, HH:MM:SS or seconds as 90s)")] = "5:00"
+    signal_margin: Annotated[str, Meta(description="default --signal-margin: how long before the walltime the ranks are told to checkpoint and stop (minutes, HH:MM:SS or seconds as 90s)")] = "0:05:00"
 
     def __post_init__(self) -> None:
         from ..walltime import parse_duration_s
