@@ -84,8 +84,6 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
     results, previous = [], None
     local = plan.site.scheduler == "local"
     for index in range(1, chain.length + 1):
-        if local and record.finished(chain.checkpoint_dir):
-            break      # the local site's "cancel the rest": the segments not yet run never start
         seg = segment_plan(plan, chain, index, previous)
         try:
             result = submit(seg, render_script(seg), out=out)
@@ -100,4 +98,6 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
         record_submission(result, seg)
         results.append(result)
         previous = result.job_id
+        if local and record.finished(chain.checkpoint_dir):
+            break      # the local site's "cancel the rest": the segments not yet run never start
     return results

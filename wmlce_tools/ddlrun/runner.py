@@ -100,7 +100,7 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
         argv = plan.command(rankfile_path=rankfile, report=token)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace)
+        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -120,7 +120,8 @@ def fail_grace_s(env=os.environ) -> float:
     return value
 
 
-def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float) -> int:
+def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
+               ranks: Optional[int] = None) -> int:
     early: List[int] = []          # signals that came before the launcher existed
     launched: List[subprocess.Popen] = []
     handlers = _forward_signals(lambda sig: _signal_group(launched[0], sig) if launched else early.append(sig))
@@ -170,7 +171,9 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
         _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
         return first.code
     stopped = relay.resumable()
-    if stopped and code in (0, EXIT_RESUME):
+    # every rank reported 75: the launcher's own status does not count (srun --kill-on-bad-exit
+    # may SIGTERM a rank that has reported and is exiting: srun then says 143)
+    if stopped and (code in (0, EXIT_RESUME) or stopped == ranks):
         _say(err, f"ddlrun: {stopped} rank(s) checkpointed and stopped for the walltime "
                   f"(exit status {EXIT_RESUME}): the next job of the chain resumes")
         return EXIT_RESUME
