@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 from typing_extensions import Annotated
 
 from . import __version__
-from .errors import run_main
+from .errors import WmlError, run_main
 
 class _LazyGroup(TyperGroup):
     """A click group whose sub-commands in ``LAZY`` are imported on first use (the pattern
@@ -86,7 +86,7 @@ RanksPerNode = Annotated[Optional[int], typer.Option(help="Ranks per node (defau
 GpusPerRank = Annotated[Optional[int], typer.Option(help="GPUs per rank (default: GPUs per node / ranks per node).")]
 CoresPerRank = Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")]
 ThreadsPerCore = Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")]
-Walltime = Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM or HH:MM:SS.")]
+Walltime = Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM, HH:MM:SS or seconds (90s); schedulers get whole minutes, rounded up.")]
 Queue = Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")]
 Project = Annotated[Optional[str], typer.Option("--project", "-P", help="Project/account to charge.")]
 JobName = Annotated[str, typer.Option("--job-name", "-J", help="Job name.")]
@@ -100,6 +100,9 @@ RackContiguous = Annotated[bool, typer.Option("--rack-contiguous", help="LSF exp
 AllocFlags = Annotated[Optional[List[str]], typer.Option("--alloc-flags", help="LSF -alloc_flags words beside the SMT level, which follows --threads-per-core (e.g. 'gpumps NVME'; repeatable).")]
 GpuBinding = Annotated[Optional[str], typer.Option("--gpu-binding", help="per-rank: each rank sees only its GPUs; local-rank: one resource set per node with all its GPUs visible (CUDA IPC between them), each rank picks its GPU by local rank (default: the site's).")]
 Horovod = Annotated[bool, typer.Option("--horovod", help="Run a Horovod script unchanged: 'import horovod.torch' (.tensorflow, .keras) gives ddl_runtime's Horovod API (exports WML_HOROVOD=1 for ddlrun).")]
+ChainLength = Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")]
+CheckpointDir = Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")]
+SignalMargin = Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")]
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
 OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
 
@@ -120,18 +123,25 @@ def _horovod_exports(export, horovod: bool):
 
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
           queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-          alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None):
+          alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None,
+          chain=None, checkpoint_dir=None, signal_margin=None):
+    """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked."""
+    from .chain.spec import check_length
     from .jobscript import plan_job
     from .resources import ResourceRequest, parse_exports
     from .site.registry import choose_site
     from .submit import new_jobdir
-    from .walltime import parse_walltime
+    from .walltime import parse_duration_s
 
+    check_length(chain, interactive)
+    if chain is None and (checkpoint_dir is not None or signal_margin is not None):
+        raise WmlError("--checkpoint-dir and --signal-margin go with --chain N")
     profile = choose_site(site)
+    walltime_s = parse_duration_s(walltime) if walltime is not None else None
     req = ResourceRequest(
         nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank,
         cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
-        walltime=parse_walltime(walltime) if walltime is not None else None,
+        walltime=-(-walltime_s // 60) if walltime_s is not None else None,
         queue=queue, project=project, job_name=job_name, output=output, error=error,
         after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
         rack_contiguous=rack_contiguous,
@@ -140,7 +150,13 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
     if jobdir is None:
         base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
         jobdir = new_jobdir(base.absolute(), job_name)
-    return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive)
+    if chain is None:
+        return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive), None
+    from .chain.submit import plan_chain, segment_plan
+
+    plan = plan_job(profile, req, program or [], jobdir=jobdir)
+    run = plan_chain(plan, jobdir, chain, checkpoint_dir, signal_margin, walltime_s)
+    return segment_plan(plan, run, 1), run
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
@@ -150,17 +166,21 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
            after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
-           gpu_binding: GpuBinding = None) -> None:
+           gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
+           signal_margin: SignalMargin = None) -> None:
     """Print the job script for PROGRAM on a site (writes and submits nothing).
 
     The script's output and error files go to the current directory (it exists when you
-    submit the printed script from here); `wml submit` gives each job its own directory."""
+    submit the printed script from here); `wml submit` gives each job its own directory.
+    With --chain N: the first job's script (the others differ only in their segment number
+    and their dependency on the job before)."""
     from .jobscript import render_script
 
     export = _horovod_exports(export, horovod)
-    plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-                 alloc_flags, gpu_binding, jobdir=Path.cwd().absolute())
+    plan, _ = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
+                    queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
+                    alloc_flags, gpu_binding, jobdir=Path.cwd().absolute(), chain=chain,
+                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin)
     sys.stdout.write(render_script(plan))
 
 
@@ -171,7 +191,8 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
            after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
-           gpu_binding: GpuBinding = None,
+           gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
+           signal_margin: SignalMargin = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
@@ -184,9 +205,10 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     from .submit import submit as do_submit, submit_command_text
 
     export = _horovod_exports(export, horovod)
-    plan = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                 queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-                 alloc_flags, gpu_binding, interactive=interactive)
+    plan, run = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
+                      queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
+                      alloc_flags, gpu_binding, interactive=interactive, chain=chain,
+                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin)
     if interactive:
         from .interactive import run_interactive
 
@@ -203,8 +225,18 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
         else:
             sys.stdout.write(script)
             typer.echo(f"# dry run: would write {plan.jobdir}/job.sh and run: {info['submit_command']}")
+            if run is not None:
+                typer.echo(f"# then jobs 2..{run.length} of the chain (segment-<k>/job.sh, each after the one before "
+                           f"ends); checkpoints in {run.checkpoint_dir}")
         return
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
+    if run is not None:
+        from .chain.cli import submit_chain_cmd
+
+        code = submit_chain_cmd(plan, run, out, as_json=as_json, wait=wait)
+        if code:
+            raise typer.Exit(code)
+        return
     result = do_submit(plan, script, out=out)
     if as_json:
         typer.echo(json.dumps(result.as_json()))

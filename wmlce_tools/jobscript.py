@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import jinja2
 
@@ -28,6 +28,9 @@ from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
 from .site.schema import SiteProfile, replace
 from .walltime import hhmm, hhmmss
+
+if TYPE_CHECKING:
+    from .chain.spec import Segment
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
 JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
@@ -52,6 +55,7 @@ class JobPlan:
     modules: Tuple[str, ...]
     env_lines: Tuple[str, ...]        # conda env activation
     exports: Tuple[Tuple[str, str], ...]
+    segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
 
     @property
     def alloc_flags(self) -> Optional[str]:
@@ -213,12 +217,33 @@ def _pbs_resources(site: SiteProfile, nodes: int, minutes: int) -> List[str]:
     return resource_list(site, nodes, minutes)
 
 
+def _chain_context(plan: JobPlan) -> Optional[dict]:
+    """What the templates need for one segment of a chain (None for a plain job)."""
+    seg = plan.segment
+    if seg is None:
+        return None
+    from ddl_runtime.checkpoint.protocol import EXIT_RESUME, FINISHED_FILE
+
+    chain, warns = seg.chain, plan.site.scheduler_warns
+    return dict(
+        index=seg.index, length=chain.length, run_id=chain.run_id, signal=chain.signal,
+        margin_s=chain.margin_s, margin_minutes=-(-chain.margin_s // 60), scheduler_warns=warns,
+        timer_s=None if warns else chain.walltime_s - chain.margin_s,
+        warning_from="the scheduler's warning before the walltime" if warns else "this script's timer: the walltime is near",
+        finished_name=FINISHED_FILE, exit_resume=EXIT_RESUME,
+        scheduler_title={"pbs": "PBS Pro", "cobalt": "Cobalt", "local": "The local site"}.get(plan.site.scheduler, plan.site.scheduler),
+        end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end", str(chain.run_dir), str(seg.index)]))
+
+
 def render_script(plan: JobPlan) -> str:
     lay, site = plan.layout, plan.site
     wall = plan.walltime or 0
+    seg = plan.segment
     ctx = dict(
         version=__version__, site=site, layout=lay, job_name=plan.request.job_name,
-        project=plan.request.project, queue=plan.queue, after=plan.request.after,
+        project=plan.request.project, queue=plan.queue,
+        after=plan.request.after if seg is None or seg.index == 1 else None,
+        after_any=seg.previous if seg is not None else None, chain=_chain_context(plan),
         walltime_hhmm=hhmm(wall), walltime_hhmmss=hhmmss(wall), walltime_minutes=wall,
         output=plan.output, error=plan.error,
         output_prefix=(str(plan.jobdir / plan.request.job_name)

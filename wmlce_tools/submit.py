@@ -126,7 +126,8 @@ def _run_submit(plan: JobPlan) -> str:
 
 def _run_local(plan: JobPlan, out: Callable[[str], None]) -> tuple[str, int]:
     """Run the script now; stream its output to ``out`` and to the job's output.log."""
-    job_id = f"local-{plan.jobdir.name}"
+    # a chain's segments are <run>/segment-<k>: the run's name keeps their ids unique
+    job_id = f"local-{plan.jobdir.name}" if plan.segment is None else f"local-{plan.jobdir.parent.name}-{plan.segment.index}"
     env = dict(os.environ, WML_JOB_ID=job_id, WML_JOB_DIR=str(plan.jobdir))
     log_path = Path(plan.output)
     with open(log_path, "w", buffering=1) as log:

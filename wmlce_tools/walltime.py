@@ -6,24 +6,37 @@ import re
 from .errors import WmlError
 
 _HMS = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_SECONDS = re.compile(r"^(\d+)s$")
 
 
-def parse_walltime(text: str | int) -> int:
-    """Return minutes from ``MM``, ``HH:MM``, ``HH:MM:SS`` or ``D-HH:MM[:SS]`` (Slurm style).
+def parse_walltime(text: str | int, what: str = "walltime") -> int:
+    """Return minutes from ``MM``, ``HH:MM``, ``HH:MM:SS``, ``D-HH:MM[:SS]`` (Slurm style) or
+    ``Ns`` (seconds).
 
     A bare number means minutes (as LSF's ``-W`` and Cobalt's ``-t`` read it).  Seconds are
     rounded up to the next minute, so a request is never shortened.
     """
+    return -(-parse_duration_s(text, what) // 60)
+
+
+def parse_duration_s(text: str | int, what: str = "walltime") -> int:
+    """``parse_walltime`` to the second: the same forms, as seconds (an int is minutes).
+    The local site's own timer and ``--signal-margin`` use it."""
     if isinstance(text, bool):
-        raise WmlError(f"malformed walltime {text!r}")
+        raise WmlError(f"malformed {what} {text!r}")
     if isinstance(text, int):
         if text <= 0:
-            raise WmlError(f"walltime must be positive, got {text}")
-        return text
+            raise WmlError(f"{what} must be positive, got {text}")
+        return text * 60
     s = str(text).strip()
+    sec = _SECONDS.match(s)
+    if sec:
+        if int(sec.group(1)) <= 0:
+            raise WmlError(f"{what} must be positive, got {s!r}")
+        return int(sec.group(1))
     m = _HMS.match(s)
     if not m:
-        raise WmlError(f"malformed walltime {s!r}: use minutes, HH:MM or HH:MM:SS")
+        raise WmlError(f"malformed {what} {s!r}: use minutes, HH:MM, HH:MM:SS or seconds (90s)")
     days, a, b, c = m.groups()
     parts = [int(a)] + [int(x) for x in (b, c) if x is not None]
     if len(parts) == 1:
@@ -33,18 +46,18 @@ def parse_walltime(text: str | int) -> int:
     elif len(parts) == 2:
         hours, minutes = parts
         if minutes >= 60:
-            raise WmlError(f"malformed walltime {s!r}: minutes must be below 60")
+            raise WmlError(f"malformed {what} {s!r}: minutes must be below 60")
         minutes, seconds = hours * 60 + minutes, 0
     else:
         hours, mins, seconds = parts
         if mins >= 60 or seconds >= 60:
-            raise WmlError(f"malformed walltime {s!r}: minutes and seconds must be below 60")
+            raise WmlError(f"malformed {what} {s!r}: minutes and seconds must be below 60")
         minutes = hours * 60 + mins
     if days:
         minutes += int(days) * 24 * 60
-    total = minutes + (1 if seconds else 0)
+    total = minutes * 60 + seconds
     if total <= 0:
-        raise WmlError(f"walltime must be positive, got {s!r}")
+        raise WmlError(f"{what} must be positive, got {s!r}")
     return total
 
 

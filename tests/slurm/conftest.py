@@ -211,3 +211,81 @@ def local_slurm():
             marker.unlink(missing_ok=True)
             if stopped.returncode != 0:
                 sys.stderr.write(f"[local-slurm] stop failed: {stopped.stderr[-2000:]}\n")
+
+
+# -- chained runs (wml submit --chain N) ------------------------------------------------------
+@dataclass
+class ChainSubmission:
+    """What ``wml submit --chain N --json`` printed: the run and its segments' job ids."""
+
+    run_id: str
+    run_dir: Path
+    checkpoint_dir: Path
+    job_ids: List[str]
+
+
+class SlurmChain:
+    """Submit a chain on the local cluster through the real ``wml`` and wait for it; every
+    wait is bounded, and a failure shows each segment's state and the tail of its output."""
+
+    def __init__(self, slurm: LocalSlurm, run_wml) -> None:
+        self.slurm, self.run_wml = slurm, run_wml
+        self.env = {"SLURM_CONF": str(slurm.conf), "WML_SLURM_BASE": str(slurm.base)}
+
+    def wml(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        proc = self.run_wml(*args, env=self.env, timeout=timeout)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    def submit(self, program: List[str], chain: int = 3, nodes: int = 1, rpn: int = 1, walltime: str = "5",
+               margin: str = "60s", name: str = "chain", extra: Iterable[str] = ()) -> ChainSubmission:
+        import json
+
+        proc = self.wml("submit", "--site", "local-slurm", "--nodes", str(nodes), "--ranks-per-node", str(rpn),
+                        "-t", walltime, "--chain", str(chain), "--signal-margin", margin, "-J", name, "--json",
+                        *extra, *program)
+        assert proc.returncode == 0, f"wml submit --chain exited {proc.returncode}: {proc.stderr}"
+        info = json.loads(proc.stdout.splitlines()[-1])
+        return ChainSubmission(info["run_id"], Path(info["run_dir"]), Path(info["checkpoint_dir"]),
+                               [s["job_id"] for s in info["segments"]])
+
+    def status(self, sub: ChainSubmission) -> dict:
+        import json
+
+        proc = self.wml("status", sub.job_ids[0], "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    def report(self, sub: ChainSubmission) -> str:
+        """Each segment's Slurm state and the tail of its output, for a failure message."""
+        lines = []
+        for i, job in enumerate(sub.job_ids, 1):
+            info = self.slurm.job(job)
+            lines.append(f"segment {i} job {job}: {info.get('JobState')} exit {info.get('ExitCode')} "
+                         f"reason {info.get('Reason')}")
+            for out in sorted((sub.run_dir / f"segment-{i}").glob("*.out")):
+                lines += ["    " + ln for ln in out.read_text(errors="replace").splitlines()[-15:]]
+        return "\n".join(lines)
+
+    def wait_file(self, sub: ChainSubmission, path: Path, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if time.monotonic() > deadline:
+                pytest.fail(f"{path} did not appear within {timeout} s\n{self.report(sub)}")
+            time.sleep(0.2)
+
+    def wait(self, sub: ChainSubmission, timeout: float = 180) -> List[Dict[str, str]]:
+        """Until every segment has ended; their ``scontrol`` records."""
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = [self.slurm.job(j) for j in sub.job_ids]
+            if all(i.get("JobState") in FINAL_STATES for i in infos):
+                return infos
+            if time.monotonic() > deadline:
+                pytest.fail(f"the chain {sub.run_id} had not ended after {timeout} s\n{self.report(sub)}")
+            time.sleep(0.5)
+
+
+@pytest.fixture
+def slurm_chain(local_slurm, run_wml) -> SlurmChain:
+    return SlurmChain(local_slurm, run_wml)

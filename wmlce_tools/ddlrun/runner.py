@@ -2,7 +2,11 @@
 report the first failing rank.
 
 The launcher runs in its own process group (so the whole job can be signalled at once) and
-gets SIGTERM if ddlrun dies; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed on to it.
+gets SIGTERM if ddlrun dies; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed on to it, and so
+is SIGUSR1, the stop request of a chained job (``wml submit --chain``: checkpoint and stop
+before the walltime; one that arrives while the launcher is starting is passed on once it runs).
+Ranks that all stop for the walltime exit ``EXIT_RESUME`` (75): ddlrun exits 75 too, with a
+line saying so, not as a failure.
 The launcher's stderr passes through ddlrun, which takes out each rank's exit report
 (``exitreport``): once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish (a
 line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a rank
@@ -20,6 +24,8 @@ import tempfile
 import threading
 import time
 from typing import IO, Callable, List, Optional, TextIO
+
+from ddl_runtime.checkpoint.protocol import EXIT_RESUME
 
 from ..quoting import sh_join
 from .exitreport import RankExit, new_token, parse_report
@@ -57,8 +63,14 @@ class StderrRelay(threading.Thread):
                     broken = True  # our stderr is gone; keep draining so the launcher never blocks
 
     def first_failure(self) -> Optional[RankExit]:
+        """The first rank that failed: exited neither 0 nor EXIT_RESUME (stopped for the walltime)."""
         with self._lock:
-            return next((e for e in self._exits if e.code != 0), None)
+            return next((e for e in self._exits if e.code not in (0, EXIT_RESUME)), None)
+
+    def resumable(self) -> int:
+        """How many ranks exited EXIT_RESUME."""
+        with self._lock:
+            return sum(1 for e in self._exits if e.code == EXIT_RESUME)
 
 
 def dry_run_text(plan: LaunchPlan) -> str:
@@ -88,7 +100,7 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
         argv = plan.command(rankfile_path=rankfile, report=token)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace)
+        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -108,16 +120,23 @@ def fail_grace_s(env=os.environ) -> float:
     return value
 
 
-def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float) -> int:
+def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
+               ranks: Optional[int] = None) -> int:
+    early: List[int] = []          # signals that came before the launcher existed
+    launched: List[subprocess.Popen] = []
+    handlers = _forward_signals(lambda sig: _signal_group(launched[0], sig) if launched else early.append(sig))
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=TERM_ON_PARENT_DEATH)
     except OSError as e:
+        _restore(handlers)
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
         return 127
+    launched.append(proc)
+    for sig in early:
+        _signal_group(proc, sig)
     relay = StderrRelay(proc.stderr, token)
     relay.start()
-    handlers = _forward_signals(lambda sig: _signal_group(proc, sig))
     try:
         failed_at: Optional[float] = None
         stop_sent: Optional[float] = None
@@ -143,8 +162,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
                 _signal_group(proc, signal.SIGKILL)
                 stop_sent = float("inf")
     finally:
-        for sig, old in handlers.items():
-            signal.signal(sig, old)
+        _restore(handlers)
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
@@ -152,6 +170,13 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     if first is not None:
         _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
         return first.code
+    stopped = relay.resumable()
+    # every rank reported 75: the launcher's own status does not count (srun --kill-on-bad-exit
+    # may SIGTERM a rank that has reported and is exiting: srun then says 143)
+    if stopped and (code in (0, EXIT_RESUME) or stopped == ranks):
+        _say(err, f"ddlrun: {stopped} rank(s) checkpointed and stopped for the walltime "
+                  f"(exit status {EXIT_RESUME}): the next job of the chain resumes")
+        return EXIT_RESUME
     return code
 
 
@@ -167,8 +192,16 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+
+
 def _forward_signals(fn: Callable[[int], None]) -> dict:
     old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in FORWARDED:
         old[sig] = signal.signal(sig, lambda signum, _frame: fn(signum))
     return old
+
+
+def _restore(handlers: dict) -> None:
+    for sig, old in handlers.items():
+        signal.signal(sig, old)

@@ -62,19 +62,52 @@ def jobs_cmd(as_json: AsJson = False,
     if not records:
         typer.echo("no jobs yet (wml submit records them here)")
         return
-    rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "SUBMITTED (UTC)", "OUTPUT"]]
+    from ..chain.view import chain_of
+
+    rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "SUBMITTED (UTC)", "OUTPUT"]]
+    shown_runs = set()
     for r in records:
-        rows.append([str(r.id), r.job_id, r.site, r.name, r.state.value,
-                     "-" if r.exit_code is None else str(r.exit_code), _fmt_time(r.submitted_at), r.output])
+        view = chain_of(r, reg, refresh=False)     # a segment of a chained run: the run, then its segments
+        if view is None:
+            rows.append([str(r.id), r.job_id, r.site, r.name, r.state.value,
+                         "-" if r.exit_code is None else str(r.exit_code), "-", _fmt_time(r.submitted_at), r.output])
+            continue
+        if view.rec.run_id in shown_runs:
+            continue
+        shown_runs.add(view.rec.run_id)
+        step = view.step
+        rows.append(["run", view.rec.run_id, r.site, r.name, view.state, "-", "-" if step is None else str(step),
+                     _fmt_time(min((s.job.submitted_at for s in view.segments if s.job), default=None)),
+                     str(view.run_dir)])
+        for s in view.segments:
+            j = s.job
+            rows.append([str(j.id) if j else "-", f"  {s.index}/{view.rec.length} {j.job_id if j else '-'}", r.site,
+                         r.name, s.state, "-" if j is None or j.exit_code is None else str(j.exit_code),
+                         "-" if s.step is None else str(s.step), _fmt_time(j.submitted_at) if j else "-",
+                         j.output if j else "-"])
     sys.stdout.write(_table(rows))
 
 
 def status_cmd(job: Job, as_json: AsJson = False) -> None:
     """The job's state now (asks its scheduler: squeue/scontrol/sacct, bjobs, qstat)."""
     from .lifecycle import find, refresh_detail
+    from .registry import Registry
+    from ..chain.view import chain_of
     from ..schedulers import NEVER_STARTS, SchedulerError
 
     rec = find(job)
+    view = chain_of(rec, Registry())
+    if view is not None:       # a chained run: the run and each segment (id, state, step)
+        if as_json:
+            typer.echo(json.dumps({"run_id": view.rec.run_id, "state": view.state, "step": view.step,
+                                   "finished": view.finished, "run_dir": str(view.run_dir),
+                                   "checkpoint_dir": view.rec.checkpoint_dir,
+                                   "segments": [{"segment": s.index, "job_id": s.job.job_id if s.job else None,
+                                                 "state": s.state, "exit_code": s.job.exit_code if s.job else None,
+                                                 "step": s.step} for s in view.segments]}))
+        else:
+            typer.echo("\n".join(view.lines()))
+        return
     try:
         rec, reason = refresh_detail(rec)
     except SchedulerError as e:
@@ -115,10 +148,16 @@ def cancel_cmd(job: Job) -> None:
 
 def logs_cmd(job: Job,
              follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep showing new output until the job ends.")] = False) -> None:
-    """The job's output (and error) file; -f follows it until the job ends."""
+    """The job's output (and error) file; -f follows it until the job ends.  A job of a
+    chain (--chain N): every segment's output in order; -f follows the run to its end."""
     from .lifecycle import find, logs
+    from .registry import Registry
+    from ..chain.cli import chain_logs
+    from ..chain.view import chain_of
 
-    code = logs(find(job), follow=follow)
+    rec = find(job)
+    view = chain_of(rec, Registry())
+    code = chain_logs(view, follow) if view is not None else logs(rec, follow=follow)
     if code:
         raise typer.Exit(code)
 

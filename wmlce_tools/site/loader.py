@@ -63,19 +63,35 @@ def _format_validation(path: Path, root: Any, err: msgspec.ValidationError) -> s
     return f"{path}:{_line_of(root, loc)}: {key}: {msg}"
 
 
+def _schema_stamp() -> list:
+    """The schema's source file (mtime, size): a profile cached under another schema would
+    carry that schema's defaults, so a changed schema empties the cache."""
+    from . import schema
+
+    try:
+        st = Path(schema.__file__).stat()
+        return [st.st_mtime_ns, st.st_size]
+    except OSError:
+        return []
+
+
 class _ProfileCache:
-    """Validated profiles on disk: {path: [mtime_ns, size, profile as JSON data]}."""
+    """Validated profiles on disk: {"schema": stamp, "entries": {path: [mtime_ns, size,
+    profile as JSON data]}}."""
 
     def __init__(self) -> None:
         d = cache_dir()
         self.path = d / "site-profiles.json" if d else None
         self.entries: Dict[str, list] = {}
+        self.schema = _schema_stamp()
         self.dirty = False
         if self.path is not None and self.path.exists():
             try:
-                self.entries = msgspec.json.decode(self.path.read_bytes())
+                data = msgspec.json.decode(self.path.read_bytes())
             except (OSError, msgspec.DecodeError):
-                self.entries = {}
+                data = {}
+            if isinstance(data, dict) and data.get("schema") == self.schema and isinstance(data.get("entries"), dict):
+                self.entries = data["entries"]
 
     def get(self, p: Path, stamp: Tuple[int, int]) -> Optional[SiteProfile]:
         e = self.entries.get(str(p))
@@ -92,7 +108,7 @@ class _ProfileCache:
 
     def flush(self) -> None:
         if self.dirty and self.path is not None:
-            write_atomically(self.path, msgspec.json.encode(self.entries))
+            write_atomically(self.path, msgspec.json.encode({"schema": self.schema, "entries": self.entries}))
             self.dirty = False
 
 

@@ -123,6 +123,25 @@ class SlurmOptions(_Strict):
     queue_option: Annotated[Literal["partition", "qos"], Meta(description="whether --queue names a partition or a QOS (Perlmutter: qos)")] = "partition"
 
 
+class ChainOptions(_Strict):
+    """How a run longer than one walltime (``wml submit --chain N``) is warned on this site.
+    Slurm (``#SBATCH --signal=B:USR1@<s>``) and LSF (``#BSUB -wa USR1 -wt <min>``) can send a
+    signal before the walltime; PBS Pro, Cobalt and the local site cannot, so the job script's
+    own timer sends it.  A site whose scheduler ignores the warning (an LSF queue configured
+    without it) says ``scheduler_warning: false`` and gets the timer too."""
+
+    scheduler_warning: Annotated[Optional[bool], Meta(description="the scheduler sends the stop signal before the walltime (default: yes for Slurm and LSF, no for PBS Pro, Cobalt and local, whose job script keeps its own timer)")] = None
+    signal_margin: Annotated[str, Meta(description="default --signal-margin: how long before the walltime the ranks are told to checkpoint and stop (minutes, HH:MM:SS or seconds as 90s)")] = "0:05:00"
+
+    def __post_init__(self) -> None:
+        from ..walltime import parse_duration_s
+
+        try:
+            parse_duration_s(self.signal_margin, "signal_margin")
+        except Exception as e:  # WmlError carries the reason
+            raise ValueError(str(e)) from None
+
+
 class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
@@ -147,6 +166,7 @@ class SiteProfile(_Strict):
     gpu_env: Annotated[Literal["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"], Meta(description="variable that narrows a rank to its GPUs with per-rank binding (Frontier: ROCR_VISIBLE_DEVICES, Aurora: ZE_AFFINITY_MASK)")] = "CUDA_VISIBLE_DEVICES"
     pbs: PbsOptions = PbsOptions()
     slurm: SlurmOptions = SlurmOptions()
+    chain: ChainOptions = ChainOptions()
     detect: DetectSpec = DetectSpec()
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
@@ -168,6 +188,13 @@ class SiteProfile(_Strict):
             if q.default:
                 return n
         return next(iter(self.queues), None)
+
+    @property
+    def scheduler_warns(self) -> bool:
+        """Whether the scheduler itself signals a chained job before its walltime."""
+        if self.chain.scheduler_warning is not None:
+            return self.chain.scheduler_warning and self.scheduler in ("slurm", "lsf")
+        return self.scheduler in ("slurm", "lsf")
 
     @property
     def smt(self) -> int:

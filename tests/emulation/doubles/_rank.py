@@ -25,7 +25,8 @@ except OSError as e:
     sys.stderr.write(f"{program[0]}: {e.strerror}\n")
     code = 127
 else:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # the launchers pass these on to the application (SIGUSR1: a chained job's stop request)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     code = child.wait()
     code = 128 - code if code < 0 else code

@@ -1,0 +1,91 @@
+"""What a chain segment's job script runs once ddlrun has ended:
+``python -m wmlce_tools.chain.segment_end RUN_DIR INDEX STATUS``.
+
+- STATUS 0: the run is finished: write FINISHED in the checkpoint directory and cancel the
+  segments still queued after this one (their ids are in chain.json).
+- STATUS 75 (EXIT_RESUME): stopped for the walltime: say which segment resumes (or, in the
+  last segment, that the run is not finished and how to go on).
+- anything else: a failure; the next segment (afterany) resumes from the last good checkpoint.
+One line each, the step from latest.json; records ``segment-<k>/end.json``; exits STATUS.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+from ddl_runtime.checkpoint.protocol import EXIT_RESUME, FINISHED_FILE
+
+from . import record
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(f"wml: {text}\n")
+    sys.stdout.flush()
+
+
+def _cancel_rest(rec: record.ChainRecord, index: int) -> List[str]:
+    from ..schedulers import get_scheduler
+
+    ids = rec.job_ids_after(index)
+    if not ids or rec.scheduler == "local":
+        return []
+    sched = get_scheduler(rec.scheduler)
+    done = []
+    for job_id in ids:
+        try:
+            proc = sched.run_command(sched.cancel_argv(job_id), wait_s=60, retry_busy=False)
+            sched.parse_cancel(proc.stdout, proc.stderr, proc.returncode)
+            done.append(job_id)
+        except Exception as e:   # SchedulerError, WmlError; the rest still exit at once: FINISHED is there
+            _say(f"could not cancel segment job {job_id} ({e}); it will find the run finished and exit at once")
+    return done
+
+
+def end_segment(run_dir: Path, index: int, status: int) -> int:
+    rec = record.load(run_dir)
+    if rec is None:
+        _say(f"{run_dir / record.CHAIN_FILE} is missing or unreadable; segment {index} ends with status {status}")
+        return status
+    ckpt = Path(rec.checkpoint_dir)
+    step = record.latest_step(ckpt)
+    at = f" at step {step}" if step is not None else ""
+    where = f"segment {index} of {rec.length}"
+    if status == 0:
+        finished = ckpt / FINISHED_FILE
+        if not finished.exists():
+            record.write_json_atomic(finished, {"segment": index, "step": step, "time": time.time()})
+        cancelled = _cancel_rest(rec, index)
+        _say(f"run {rec.run_id} finished in {where}" + (f" (last checkpoint: step {step})" if step is not None else "") +
+             (f"; cancelled the segments still queued: {' '.join(cancelled)}" if cancelled else ""))
+    elif status == EXIT_RESUME and index < rec.length:
+        _say(f"{where} stopped for the walltime{at}; segment {index + 1} resumes from it")
+    elif status == EXIT_RESUME:
+        _say(f"{where} stopped for the walltime{at}, and it was the chain's last: the run is not finished; "
+             f"continue it with wml submit --chain N --checkpoint-dir {ckpt} and the same program")
+    else:
+        nxt = f"segment {index + 1} resumes from the last good checkpoint" if index < rec.length else \
+            "it was the chain's last: the run is not finished"
+        _say(f"{where} failed with exit status {status}{at and ' (last checkpoint' + at + ')'}; {nxt}")
+    record.write_json_atomic(run_dir / f"segment-{index}" / record.END_FILE,
+                             {"status": status, "step": step, "time": time.time()})
+    return status
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        run_dir, index, status = Path(argv[0]), int(argv[1]), int(argv[2])
+    except (IndexError, ValueError):
+        sys.stderr.write("usage: python -m wmlce_tools.chain.segment_end RUN_DIR INDEX STATUS\n")
+        return 2
+    try:
+        return end_segment(run_dir, index, status)
+    except OSError as e:
+        _say(f"could not record how segment {index} ended: {e}")
+        return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
