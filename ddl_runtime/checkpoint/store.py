@@ -67,7 +67,7 @@ class _HashingWriter:
 
     def write(self, data) -> int:
         self.sha.update(data)
-        self.count += len(data)
+        self.count += memoryview(data).nbytes  # pickle protocol 5 writes large arrays as PickleBuffer (no len())
         return self.fh.write(data)
 
 
