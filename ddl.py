@@ -3,7 +3,7 @@
 Everything is `ddl_runtime`'s API.  The difference: WML CE's `ddl` was ready as soon as it
 was imported, so here the first call of any operation initializes the runtime
 (`ddl_runtime.init()` is idempotent).  Importing `ddl` starts nothing (no MPI, torch,
-TensorFlow or keras); `ddl.DDLCallback`, `ddl.DDLGlobalVariablesCallback`,
+TensorFlow or keras); `ddl.DDLCallback`, `ddl.DDLGlobalVariablesCallback`, `ddl.WalltimeCheckpoint`,
 `ddl.weights_max_divergence` load keras (whichever backend it runs on) on first access.
 
 As WML CE's TensorFlow operator did, the collectives take `tf.Tensor` / `tf.Variable` too
@@ -23,7 +23,7 @@ _AUTO_INIT = (
     "allreduce", "allreduce_n", "allreduce_n_async", "allgather", "shard", "scale_lr",
 )
 _PLAIN = ("init", "finalize", "is_initialized")
-_KERAS = ("DDLCallback", "DDLGlobalVariablesCallback", "weights_max_divergence")
+_KERAS = ("DDLCallback", "DDLGlobalVariablesCallback", "WalltimeCheckpoint", "weights_max_divergence")
 _DISPATCH = ("DistributedOptimizer", "broadcast_variables")
 # collectives that, given TensorFlow tensors, run through ddl_runtime.tensorflow
 _TF_OPS = ("allreduce", "allreduce_n", "allreduce_n_async", "bcast", "bcast_n", "allgather")

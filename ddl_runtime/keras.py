@@ -19,6 +19,8 @@ Written the way the WML CE tf.keras examples used DDL::
   and optimizer variables when training starts, after the other callbacks had their say (a
   checkpoint restored on rank 0 reaches every rank).
 - :func:`DistributedOptimizer`: the gradient averaging itself, for use without the callbacks.
+- :class:`WalltimeCheckpoint` (ddl_runtime.checkpoint.keras): training that outlives a job's
+  walltime; restores at train begin (mid-epoch included), saves and exits 75 at the agreed stop.
 
 Works on whichever backend Keras was loaded with.  When Keras has not been imported yet and
 ``KERAS_BACKEND`` is unset, importing this module picks ``torch`` (wml's default), or
@@ -59,6 +61,7 @@ from ddl_runtime.basics import init, is_root, rank, scale_lr, size  # noqa: E402
 from ddl_runtime.buffers import SUPPORTED_DTYPES  # noqa: E402
 from ddl_runtime.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
 from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
+from ddl_runtime.checkpoint.keras import WalltimeCheckpoint  # noqa: E402,F401
 
 __all__ = [
     "init",
@@ -68,6 +71,7 @@ __all__ = [
     "scale_lr",
     "DDLCallback",
     "DDLGlobalVariablesCallback",
+    "WalltimeCheckpoint",
     "DistributedOptimizer",
     "broadcast_variables",
     "weights_max_divergence",

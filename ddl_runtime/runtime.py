@@ -214,6 +214,8 @@ def init() -> Runtime:
     if _runtime is None:
         _runtime = Runtime()
         _install_hooks()
+        from .checkpoint import stop
+        stop.install()  # the handler for $WML_STOP_SIGNAL (checkpoint/protocol.py), when it is set
     return _runtime
 
 

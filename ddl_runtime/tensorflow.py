@@ -36,6 +36,10 @@ reaches the caller the way TensorFlow reports any failing op, as a ``tf.errors.O
 message carries the one-line DDL error, and that error is also a :class:`DDLMismatchError`
 (``_raise_ddl_errors_as_themselves``), so either ``except`` catches it; :func:`last_error`
 returns the DDL exception as it was raised.
+
+Training that outlives a job (``wml submit --chain``): :class:`Checkpointer`
+(ddl_runtime.checkpoint.tensorflow) restores a custom loop's variables and step and, at the
+agreed stop, saves and exits 75.
 """
 from __future__ import annotations
 
@@ -53,12 +57,13 @@ import ddl_runtime as _ddl
 from ddl_runtime.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
 from ddl_runtime.output_pool import ALIGN, RESULTS, packed_layout
+from ddl_runtime.checkpoint.tensorflow import Checkpointer  # noqa: F401  (training that outlives a job)
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "barrier", "allreduce", "allreduce_n", "allreduce_n_async", "bcast", "bcast_n", "allgather",
     "DistributedGradientTape", "broadcast_variables", "DistributedOptimizer", "shard", "scale_lr",
-    "last_error", "take_error", "DDLError", "DDLInputError", "DDLMismatchError",
+    "last_error", "take_error", "DDLError", "DDLInputError", "DDLMismatchError", "Checkpointer",
 ]
 
 _errors: List[DDLError] = []  # raised inside numpy_function (which runs on a TensorFlow thread)

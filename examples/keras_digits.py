@@ -11,6 +11,10 @@ add ``DDLCallback`` first and ``DDLGlobalVariablesCallback`` last)::
     ddlrun -n 2 python examples/keras_digits.py
 
 At the end every rank checks that all ranks hold identical weights (exit status 1 if not).
+
+Resumable across jobs (the line marked ``> walltime``): under ``wml submit --chain N`` a run
+stopped a margin before the walltime saves, exits 75 and goes on in the next job, ending with
+the weights one long job would have; outside a chain the callback does nothing.
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ def main(argv=None) -> int:
     callbacks = list()
     # > DDL: Add the DDL callback (first).
     callbacks.append(ddl.DDLCallback())
+    # > walltime: save before the walltime, resume in the next job of a chain (mid-epoch included).
+    callbacks.append(ddl.WalltimeCheckpoint())
     # > DDL: Add the global variables callback (last).
     callbacks.append(ddl.DDLGlobalVariablesCallback())
 

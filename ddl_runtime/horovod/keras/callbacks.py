@@ -16,6 +16,9 @@ SGD's / RMSprop's ``momentum`` is a plain float baked into the compiled step.  S
   correction multiplies the momentum by new_lr / old_lr for one batch; Keras 3 keeps the
   velocity with the learning rate folded in, so scaling the optimizer's momentum buffers by
   new_lr / old_lr before the batch has exactly that effect, and works inside a compiled step.
+- :class:`WalltimeCheckpointCallback` (not Horovod's; ddl_runtime.keras.WalltimeCheckpoint):
+  training that outlives a job's walltime (``wml submit --chain``): restores at train begin,
+  saves and exits 75 when the ranks agree to stop.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import keras
 
 import ddl_runtime as _ddl
 from ddl_runtime.errors import DDLInputError
+from ddl_runtime.checkpoint.keras import WalltimeCheckpoint as WalltimeCheckpointCallback  # noqa: F401
 from ddl_runtime.keras import _prepare_tf_train_step, broadcast_variables as _broadcast_variables
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "MetricAverageCallback",
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",
+    "WalltimeCheckpointCallback",
 ]
 
 

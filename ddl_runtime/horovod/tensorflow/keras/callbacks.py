@@ -4,4 +4,5 @@ from ddl_runtime.horovod.keras.callbacks import (  # noqa: F401
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
     MetricAverageCallback,
+    WalltimeCheckpointCallback,
 )
