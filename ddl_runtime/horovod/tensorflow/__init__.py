@@ -23,6 +23,8 @@ from ..timeline import start_timeline, stop_timeline  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables  # noqa: F401
 from .gradient_tape import DistributedGradientTape  # noqa: F401
+from . import elastic  # noqa: F401  (hvd.elastic: State objects and run; no elastic driver)
+from .util import _executing_eagerly  # noqa: F401  (hvd._executing_eagerly, as in Horovod)
 from .mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast, broadcast_, grouped_allgather,  # noqa: F401
                       grouped_allreduce, grouped_reducescatter, join, reducescatter)
 
