@@ -23,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
@@ -31,6 +31,10 @@ from mpi4py import MPI
 from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
+from .output_pool import RESULTS
+
+if TYPE_CHECKING:
+    from .negotiated_shm import NegotiatedShm
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 YIELD_AFTER_S = 50e-6
@@ -186,7 +190,10 @@ class Controller:
         if len(payload) <= SLOT_BYTES - 8:
             slot[8:8 + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
         slots = np.empty((self.size, SLOT_BYTES), dtype=np.uint8)
-        req = self.neg.Iallgather([slot, MPI.BYTE], [slots, MPI.BYTE])
+        if self.shm is not None:  # one host: the same exchange through shared memory
+            req = self.shm.rounds.start(slot, slots)
+        else:
+            req = self.neg.Iallgather([slot, MPI.BYTE], [slots, MPI.BYTE])
         self._round_state = ("slots", req, payload, slots, None)
 
     def _advance_round(self) -> bool:
@@ -277,6 +284,9 @@ class Controller:
                 for i, tensor in enumerate(desc[3]):  # fused per dtype (a group may mix dtypes)
                     key = (tensor[1], desc[2])
                     group = fused.setdefault(key, [])
+                    if self.shm is not None and self.shm.takes(tensor[1], desc[2][0]):
+                        group.append((handle, i, tensor))  # shared memory: one group, any size
+                        continue
                     nbytes = sum(_nbytes(t) for _, _, t in group)
                     if group and nbytes + _nbytes(tensor) > self.fusion_bytes:
                         self._post_allreduce(key, group)
@@ -316,7 +326,11 @@ class Controller:
         return None
 
     # -- execution ----------------------------------------------------------------------------
+    shm: Optional["NegotiatedShm"] = None  # the global set on one host: allreduces in shared memory
+
     def _post_allreduce(self, key, group) -> None:
+        """Start one fused allreduce group.  An output of None (TensorFlow's out-of-place results)
+        is memory this rank picks: a shared result region on the shared-memory path, else pooled."""
         dtype, (op, prescale, postscale) = np.dtype(key[0]), key[1]
         inputs, outputs, counts, handles, names = [], [], [], [], []
         for handle, i, (tname, _, shape) in group:
@@ -330,10 +344,29 @@ class Controller:
             else:  # a joined rank contributes zeros
                 inputs.append(None)
                 outputs.append(None)
+        if self.shm is not None and self.shm.takes(dtype.name, op):
+            started = time.perf_counter()
+            results = self.shm.allreduce(inputs, outputs, dtype, counts, names, op, prescale, postscale)
+            if results is not None:  # done: tracked as a finished transfer, so the handles complete together
+                self._place(group, results)
+                flight = kernels.InFlight([], lambda: None, "ALLREDUCE")
+                self._track(flight, handles, names)
+                flight.started = started
+                return
+        for j, (handle, i, (_, _, shape)) in enumerate(group):
+            if handle is not None and outputs[j] is None:
+                outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
         divisor = self.size if op == "average" else 1
         flight = kernels.post_allreduce(self.data, inputs, outputs, dtype, counts, op, prescale, postscale,
                                         divisor, label="ALLREDUCE")
         self._track(flight, handles, names)
+
+    @staticmethod
+    def _place(group, results: List[np.ndarray]) -> None:
+        """Results of the shared-memory path as the requests' outputs, in their shapes."""
+        for (handle, i, (_, _, shape)), result in zip(group, results):
+            if handle is not None and handle.request.outputs[i] is None:
+                handle.request.outputs[i] = result.reshape(shape)
 
     def _post(self, kind: str, desc: tuple, entry: _Entry, handle: Optional[Handle]) -> None:
         if handle is None:
