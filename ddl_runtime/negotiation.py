@@ -139,7 +139,11 @@ class Controller:
         handle = Handle(self, request)
         self.local[request.key] = handle
         self.unannounced.append(handle)
-        self._progress()
+        self._submitting = True  # negotiate, but leave blocking shared-memory work to polls and waits
+        try:
+            self._progress()
+        finally:
+            self._submitting = False
         return handle
 
     # -- progress -------------------------------------------------------------------------
@@ -327,6 +331,7 @@ class Controller:
 
     # -- execution ----------------------------------------------------------------------------
     shm: Optional["NegotiatedShm"] = None  # the global set on one host: allreduces in shared memory
+    _submitting = False
 
     def _post_allreduce(self, key, group) -> None:
         """Start one fused allreduce group.  An output of None (TensorFlow's out-of-place results)
@@ -345,14 +350,15 @@ class Controller:
                 inputs.append(None)
                 outputs.append(None)
         if self.shm is not None and self.shm.takes(dtype.name, op):
-            started = time.perf_counter()
-            results = self.shm.allreduce(inputs, outputs, dtype, counts, names, op, prescale, postscale)
-            if results is not None:  # done: tracked as a finished transfer, so the handles complete together
-                self._place(group, results)
-                flight = kernels.InFlight([], lambda: None, "ALLREDUCE")
-                self._track(flight, handles, names)
-                flight.started = started
-                return
+            # a transfer that runs (blocking, in shared memory) when first tested outside a submit;
+            # transfers are tested in the order posted, i.e. in table order, alike on every rank
+            self._track(_ShmFlight(self, group, handles, (inputs, outputs, dtype, counts, names, op, prescale,
+                                                         postscale)), handles, names)
+            return
+        self._post_allreduce_mpi(group, inputs, outputs, dtype, counts, names, handles, op, prescale, postscale)
+
+    def _post_allreduce_mpi(self, group, inputs, outputs, dtype, counts, names, handles, op, prescale,
+                            postscale) -> None:
         for j, (handle, i, (_, _, shape)) in enumerate(group):
             if handle is not None and outputs[j] is None:
                 outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
@@ -361,12 +367,6 @@ class Controller:
                                         divisor, label="ALLREDUCE")
         self._track(flight, handles, names)
 
-    @staticmethod
-    def _place(group, results: List[np.ndarray]) -> None:
-        """Results of the shared-memory path as the requests' outputs, in their shapes."""
-        for (handle, i, (_, _, shape)), result in zip(group, results):
-            if handle is not None and handle.request.outputs[i] is None:
-                handle.request.outputs[i] = result.reshape(shape)
 
     def _post(self, kind: str, desc: tuple, entry: _Entry, handle: Optional[Handle]) -> None:
         if handle is None:
@@ -483,6 +483,31 @@ class Controller:
                 comm.Free()
             except MPI.Exception:
                 pass
+
+
+class _ShmFlight(kernels.InFlight):
+    """An allreduce group for the global set's shared memory (negotiated_shm.py), run when tested."""
+
+    def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
+        super().__init__([], lambda: None, "ALLREDUCE")
+        self.controller, self.group, self.handles, self.args = controller, group, handles, args
+
+    def test(self) -> bool:
+        ctl = self.controller
+        if self.done or ctl._submitting:
+            return self.done
+        self.started = time.perf_counter()
+        results = ctl.shm.allreduce(*self.args)
+        self.done = True
+        if results is None:  # no room in shared memory (every rank alike): the MPI path after all
+            inputs, outputs, dtype, counts, names, op, prescale, postscale = self.args
+            ctl._post_allreduce_mpi(self.group, inputs, outputs, dtype, counts, names, self.handles, op, prescale,
+                                    postscale)  # tracked after this one: _test_transfers tests it in this pass
+            return True
+        for (handle, i, (_, _, shape)), result in zip(self.group, results):
+            if handle is not None and handle.request.outputs[i] is None:
+                handle.request.outputs[i] = result.reshape(shape)
+        return True
 
 
 def _nbytes(t: tuple) -> int:
