@@ -39,6 +39,8 @@ import torch
 
 import ddl_runtime as _ddl
 from ddl_runtime.basics import init, is_root, local_rank, rank, scale_lr, size
+from ddl_runtime.checkpoint import stop as _stop
+from ddl_runtime.checkpoint.torch import Checkpointer
 from ddl_runtime.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
 
@@ -68,6 +70,7 @@ __all__ = [
     "parameters_max_divergence",
     "log",
     "save_checkpoint",
+    "Checkpointer",
 ]
 
 _DEFAULT_BUCKET_MB = 4.0
@@ -361,17 +364,20 @@ def parameters_max_divergence(params: Any) -> float:
 
 class _Bucket:
     __slots__ = ("index", "params", "dtype", "ready", "handle", "launched", "flags", "present", "names",
-                 "flat", "views")
+                 "flat", "views", "stop_slot")
 
-    def __init__(self, index: int, params: List[torch.Tensor], names: List[str]) -> None:
+    def __init__(self, index: int, params: List[torch.Tensor], names: List[str], stop_slot: bool = False) -> None:
         self.index = index
         self.params = params
         self.dtype = params[0].dtype
         self.ready = 0
         self.handle = None
         self.launched = False
+        # The last bucket launched carries the stop agreement (ddl_runtime.checkpoint.stop): one
+        # more flag, 1.0 = go on (so fill_(1.0) keeps costing what it did), 0.0 = stop requested.
+        self.stop_slot = stop_slot
         # one presence flag per parameter, reduced with the gradients (reused every step)
-        self.flags = torch.ones(len(params), dtype=self.dtype, device=params[0].device)
+        self.flags = torch.ones(len(params) + stop_slot, dtype=self.dtype, device=params[0].device)
         self.present: List[bool] = []
         self.names = [f"grad:{n}" for n in names] + [f"grad-flags:{index}"]
         self.flat: Any = None  # a FlatAllreduce: see flatten()
@@ -390,7 +396,7 @@ class _Bucket:
         np_dtype = np.float32 if self.dtype == torch.float32 else np.float64
         name = (f"grad-bucket:{self.index}[{len(sizes)} gradients, first "
                 f"{self.names[0][len('grad:'):]!r}, {sum(sizes) + len(sizes)} elements]")
-        self.flat = FlatAllreduce(sum(sizes) + len(sizes), np_dtype, name, op=op)
+        self.flat = FlatAllreduce(sum(sizes) + len(sizes) + self.stop_slot, np_dtype, name, op=op)
         self.views = {}
 
     def views_of(self, array: np.ndarray) -> Tuple[List[torch.Tensor], torch.Tensor]:
@@ -400,7 +406,7 @@ class _Bucket:
         if got is None or got[0] is not array:
             flat = torch.from_numpy(array)
             sizes = [p.numel() for p in self.params]
-            pieces = flat.split(sizes + [len(sizes)])
+            pieces = flat.split(sizes + [len(sizes) + self.stop_slot])
             got = self.views[id(array)] = (array, [piece.view(p.shape) for piece, p in zip(pieces, self.params)],
                                            pieces[-1])
         return got[1], got[2]
@@ -411,7 +417,7 @@ def _flattens(bucket: _Bucket) -> bool:
     gradients of at most the one-barrier small path's size (ddl_runtime.shm.SMALL_BYTES)."""
     from ddl_runtime.shm import SMALL_BYTES
 
-    nbytes = (sum(p.numel() for p in bucket.params) + len(bucket.params)) * bucket.params[0].element_size()
+    nbytes = (sum(p.numel() for p in bucket.params) + len(bucket.params) + bucket.stop_slot) * bucket.params[0].element_size()
     return (bucket.dtype in (torch.float32, torch.float64) and bucket.params[0].device.type == "cpu"
             and nbytes <= SMALL_BYTES and os.environ.get("DDL_FLAT_BUCKETS", "1") != "0")
 
@@ -504,7 +510,8 @@ class _DistributedOptimizerMixin:
             current_bytes += nbytes
         if current:
             buckets.append(current)
-        self._ddl_buckets = [_Bucket(i, ps, [names[p] for p in ps]) for i, ps in enumerate(buckets)]
+        self._ddl_buckets = [_Bucket(i, ps, [names[p] for p in ps], stop_slot=i == len(buckets) - 1)
+                             for i, ps in enumerate(buckets)]
         self._ddl_bucket_of = {p: b for b in self._ddl_buckets for p in b.params}
         self._ddl_counts = {p: 0 for p in trainable}
         self._ddl_next = 0  # index of the next bucket to launch
@@ -533,7 +540,7 @@ class _DistributedOptimizerMixin:
             np_dtype = np.float32 if bucket.dtype == torch.float32 else np.float64
             for p in bucket.params:
                 self._ddl_views[p] = torch.from_numpy(_ddl.shared_zeros(tuple(p.shape), np_dtype))
-            bucket.flags = torch.from_numpy(_ddl.shared_zeros(len(bucket.params), np_dtype))
+            bucket.flags = torch.from_numpy(_ddl.shared_zeros(len(bucket.params) + bucket.stop_slot, np_dtype))
 
     def _ddl_check_consistent(self, names: Dict[torch.Tensor, str]) -> None:
         """Collective check that every rank optimizes the same parameters (a subclass that
@@ -603,7 +610,10 @@ class _DistributedOptimizerMixin:
         if all(present):
             flags.fill_(1.0)
         else:
-            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=flags.dtype))
+            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present] + [1.0] * bucket.stop_slot,
+                                     dtype=flags.dtype))
+        if bucket.stop_slot and _stop.slot_value() != _stop.GO:
+            flags[-1] = _stop.slot_value()
         bucket.present = present
         tensors.append(flags)
         bucket.handle = _ddl.allreduce_n_async(tensors, op=self._ddl_op, names=bucket.names)
@@ -630,7 +640,10 @@ class _DistributedOptimizerMixin:
                     raise _InputError(f"DistributedOptimizer: sparse gradient for {self._ddl_names[p]!r} is not supported")
                 else:
                     part.copy_(g)
-            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present], dtype=bucket.dtype))
+            flags.copy_(torch.tensor([1.0 if x else 0.0 for x in present] + [1.0] * bucket.stop_slot,
+                                     dtype=bucket.dtype))
+        if bucket.stop_slot and _stop.slot_value() != _stop.GO:
+            flags[-1] = _stop.slot_value()
         bucket.present = present
         bucket.handle = bucket.flat.start()
         bucket.launched = True
@@ -661,6 +674,8 @@ class _DistributedOptimizerMixin:
             fractions = _as_tensor_result(flags, bucket.flags).tolist()  # Python floats: exact for every dtype
             if self._ddl_op == "sum":
                 fractions = [f / self._ddl_size for f in fractions]
+            if bucket.stop_slot:
+                _stop.post_folded(fractions[n], self._ddl_size)
             into: List[torch.Tensor] = []
             values: List[torch.Tensor] = []
             for j, p in enumerate(bucket.params):

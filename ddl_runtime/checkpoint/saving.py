@@ -58,7 +58,7 @@ def _segment() -> Optional[int]:
     return int(value) if value and value.isdigit() else None
 
 
-def _require_directory(what: str) -> Path:
+def require_directory(what: str) -> Path:
     d = directory()
     if d is None:
         raise DDLInputError(f"{what}: no checkpoint directory: set {CHECKPOINT_DIR_ENV} (wml submit --chain does) "
@@ -92,7 +92,7 @@ def save(state: Dict[str, Any], step: int, framework: str = "") -> Path:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise DDLInputError(f"save(step={step!r}): step must be a non-negative integer")
     step = int(step)
-    d = _require_directory("save")
+    d = require_directory("save")
     rt = _rt.current()
     gathered = _gather(rt, (step, str(d), rng.capture()), "checkpoint.save")
     result: Any = None
@@ -126,7 +126,7 @@ def load(restore_rng: bool = True) -> Optional[Restored]:
     """
     from .. import runtime as _rt
 
-    d = _require_directory("load")
+    d = require_directory("load")
     rt = _rt.current()
     try:
         view: Any = store.latest_step(d)

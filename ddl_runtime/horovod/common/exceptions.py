@@ -7,7 +7,7 @@ class HorovodInternalError(DDLError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod elastic: the set of hosts changed.  Never raised here (no elastic mode); defined for imports."""
+    """Horovod elastic: the set of hosts changed.  Never raised here: no elastic driver, the ranks are fixed (see common/elastic.py)."""
 
     def __init__(self, skip_sync: bool = False):
         super().__init__("hosts updated")

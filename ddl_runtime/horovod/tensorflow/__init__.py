@@ -23,6 +23,7 @@ from ..timeline import start_timeline, stop_timeline  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables  # noqa: F401
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
+from . import elastic  # noqa: F401  (hvd.elastic: State objects and run; no elastic driver)
 from .mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast, broadcast_, grouped_allgather,  # noqa: F401
                       grouped_allreduce, grouped_reducescatter, join, local_rank_op, local_size_op,
                       process_set_included_op, rank_op, reducescatter, size_op)

@@ -22,4 +22,5 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
 from ..timeline import start_timeline, stop_timeline  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from . import elastic  # noqa: F401,E402  (hvd.elastic: State objects and run; no elastic driver)
 from ..timeline import start_timeline, stop_timeline  # noqa: F401

@@ -32,6 +32,7 @@ import torch
 
 import ddl_runtime as _ddl
 import ddl_runtime.torch as _native
+from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.errors import DDLInputError
 
 from .compression import Compression
@@ -188,7 +189,8 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         # A bucket is ready when its last gradient arrives: launch order = that arrival order.
         parts.sort(key=lambda part: max(position[p] for p in part))
         self._ddl_buckets = [_native._Bucket(i, sorted(part, key=position.get),
-                                             [self._ddl_names[p] for p in sorted(part, key=position.get)])
+                                             [self._ddl_names[p] for p in sorted(part, key=position.get)],
+                                             stop_slot=i == len(parts) - 1)
                              for i, part in enumerate(parts)]
         self._ddl_bucket_of = {p: b for b in self._ddl_buckets for p in b.params}
 
@@ -270,13 +272,18 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
             torch._foreach_copy_(into, grads)
             if self._hvd_pre != 1.0:
                 torch._foreach_mul_(into, self._hvd_pre)
-        flags.fill_(1.0)  # the flat array's tail (the native engine's presence flags): unused here
+        flags.fill_(1.0)  # the flat array's tail: presence flags (unused here), then the stop slot
+        if bucket.stop_slot and _stop.slot_value() != _stop.GO:
+            flags[-1] = _stop.slot_value()
         bucket.handle = bucket.flat.start()
         self._hvd_pending[bucket.index] = (pending, [])
 
     def _hvd_store_flat(self, bucket, pending: _Pending, out: Any) -> None:
         """The reduced flat array back into the gradients (post-scaled on the way)."""
-        parts, _ = bucket.views_of(out)
+        parts, flags = bucket.views_of(out)
+        if bucket.stop_slot:  # the stop agreement rode along (ddl_runtime.checkpoint.stop)
+            go = float(flags[-1])
+            _stop.post_folded(go / self._hvd_members if self._hvd_engine_op == "sum" else go, self._hvd_members)
         dense, values = [], []
         for p, j in zip(pending.dense, pending.positions):
             if p.grad.is_sparse:  # sparse_as_dense: made sparse again for the optimizer

@@ -1,0 +1,88 @@
+"""torch's one-or-two-line addition for training that outlives a job.
+
+    ckpt = Checkpointer(model, optimizer, scheduler=scheduler)   # anything with state_dict()
+    for step in range(ckpt.restore(), steps):                      # 0, or the step after the saved one
+        ...forward, backward, optimizer.step()...
+        ckpt.step_end(step)             # agrees on the stop; on a stop saves and exits 75
+
+Works with a plain ddl_runtime loop and with ``ddl_runtime.torch.DistributedOptimizer`` (or
+Horovod's), whose gradient reduction already carries the stop flag, so the agreement costs
+nothing.  Saved: the model's and optimizer's ``state_dict()``, every extra object's, the step,
+and (by ddl_runtime.checkpoint.save) every rank's random streams.  The data position is the step:
+derive the batch from it (deterministic order), or pass a sampler with ``state_dict()``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..errors import DDLInputError
+from . import saving, stop
+
+FRAMEWORK = "torch"
+
+
+class Checkpointer:
+    """Saves and restores a torch training run at step boundaries (see the module docstring).
+
+    Without a checkpoint directory ($WML_CHECKPOINT_DIR, or checkpoint.configure(directory=...))
+    it does nothing: the same script runs in one job unchanged.  ``every``: also save every that many steps (without stopping), so a crash loses at most that
+    many; by default only the agreed stop saves.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+                 every: Optional[int] = None, **objects: Any) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise DDLInputError(f"Checkpointer: model is a {type(model).__name__}, not a torch.nn.Module")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise DDLInputError(f"Checkpointer: optimizer is a {type(optimizer).__name__}, not a torch.optim.Optimizer")
+        for name, obj in objects.items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise DDLInputError(f"Checkpointer: {name}={type(obj).__name__} has no state_dict()/load_state_dict()")
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise DDLInputError(f"Checkpointer: every={every!r} must be a positive number of steps")
+        self.model, self.optimizer, self.every, self.objects = model, optimizer, every, objects
+        self.active = saving.directory() is not None
+        if every is not None and not self.active:
+            saving.require_directory(f"Checkpointer(every={every})")
+        self.restored_step: Optional[int] = None
+
+    def state(self) -> dict:
+        out = {"model": self.model.state_dict()}
+        if self.optimizer is not None:
+            out["optimizer"] = self.optimizer.state_dict()
+        out.update({f"object:{name}": obj.state_dict() for name, obj in self.objects.items()})
+        return out
+
+    def restore(self) -> int:
+        """Collective: load the newest checkpoint into the model, optimizer and objects; returns
+        the step to start from (0 when there is none)."""
+        restored = saving.load() if self.active else None
+        if restored is None:
+            return 0
+        state = restored.state
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        for name, obj in self.objects.items():
+            obj.load_state_dict(state[f"object:{name}"])
+        self.restored_step = restored.step
+        return restored.step + 1
+
+    def save(self, step: int):
+        """Collective: save now as the checkpoint of `step` (a completed step)."""
+        return saving.save(self.state(), step, framework=FRAMEWORK)
+
+    def step_end(self, step: int) -> bool:
+        """Call after each completed step on every rank.  When the ranks agree to stop, saves and
+        exits with status 75 (never returns); else saves every `every` steps.  Returns whether it saved."""
+        if not self.active:
+            return False
+        if stop.agree(step):
+            self.save(step)
+            saving.exit_resume()
+        if self.every and (step + 1) % self.every == 0:
+            self.save(step)
+            return True
+        return False

@@ -1,0 +1,151 @@
+"""``hvd.elastic`` on ddl_runtime: Horovod's State objects and the ``run`` decorator.
+
+Workers cannot be added or removed here: there is no elastic driver, so the job's ranks are fixed
+and ``check_host_updates()`` never raises HostsUpdatedInterrupt.  What works as in Horovod:
+``commit()`` keeps a copy of the state in memory, ``restore()`` returns to the last commit,
+``sync()`` gives every rank rank 0's state, and ``run`` syncs before calling the training function
+and, on HorovodInternalError, restores the last commit, syncs and calls it again.
+
+In a chained wml job (``$WML_CHECKPOINT_DIR`` set, or ddl_runtime.checkpoint.configure()),
+``commit()`` is also the step boundary: it agrees on the stop signal (ddl_runtime.checkpoint.agree,
+folded into the gradient reduction where there is one) and, when any rank got it, saves the
+committed state (ddl_runtime.checkpoint.save, the commit count as its step) and exits with status
+75; the next segment's ``run`` loads it back before the first sync.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List
+
+from ... import checkpoint
+from ... import log as _log
+from .exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+FRAMEWORK = "horovod-elastic"
+RETRIES = 3  # HorovodInternalError restores and retries this many times at most, then raises
+
+
+class State:
+    """Horovod's State: subclasses define save() / restore() / sync(), persisted() / load_persisted()."""
+
+    def __init__(self, bcast_object: Callable[[Any], Any], get_rank: Callable[[], int]) -> None:
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._reset_callbacks: List[Callable[[], None]] = []
+        self._commits = 0  # the chain's step: commits so far, restored from a checkpoint
+
+    def register_reset_callbacks(self, callbacks: List[Callable[[], None]]) -> None:
+        """Functions called after a reset (in Horovod: workers added or removed; never here)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp: Any, update_res: Any = None) -> None:
+        """Horovod's driver notification; there is no driver here."""
+
+    def commit(self) -> None:
+        """Save the state in memory, check for host changes (none here) and, in a chained job,
+        agree on the stop signal: on a stop, save the committed state to disk and exit 75."""
+        self.save()
+        self.check_host_updates()
+        if checkpoint.directory() is None:
+            return
+        self._commits += 1
+        if checkpoint.agree(self._commits):
+            checkpoint.save({"elastic": self.persisted()}, self._commits, framework=FRAMEWORK)
+            checkpoint.exit_resume()
+
+    def check_host_updates(self) -> None:
+        """Raises HostsUpdatedInterrupt in Horovod when hosts changed; the ranks are fixed here."""
+
+    def save(self) -> None:
+        raise NotImplementedError()
+
+    def restore(self) -> None:
+        raise NotImplementedError()
+
+    def sync(self) -> None:
+        raise NotImplementedError()
+
+    def persisted(self) -> Dict[str, Any]:
+        """The last committed state as picklable values (what a chained job saves)."""
+        raise NotImplementedError()
+
+    def load_persisted(self, saved: Dict[str, Any]) -> None:
+        """Make `saved` (from persisted()) the committed state and restore it."""
+        raise NotImplementedError()
+
+    def resume_from_checkpoint(self) -> bool:
+        """In a chained job: load the newest checkpoint into this state (collective)."""
+        if checkpoint.directory() is None:
+            return False
+        restored = checkpoint.load()
+        if restored is None:
+            return False
+        if "elastic" not in restored.state:
+            raise checkpoint.CheckpointError(f"{restored.path} was not written by hvd.elastic (framework "
+                                             "differs); use a checkpoint directory of its own")
+        self.load_persisted(restored.state["elastic"])
+        self._commits = restored.step
+        return True
+
+
+class ObjectState(State):
+    """Picklable Python values given as keyword arguments, exposed as attributes."""
+
+    def __init__(self, bcast_object: Callable[[Any], Any], get_rank: Callable[[], int], **kwargs: Any) -> None:
+        self._saved_state = dict(kwargs)
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self) -> None:
+        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
+
+    def restore(self) -> None:
+        self._set_attrs()
+
+    def sync(self) -> None:
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def persisted(self) -> Dict[str, Any]:
+        return {"objects": dict(self._saved_state)}
+
+    def load_persisted(self, saved: Dict[str, Any]) -> None:
+        self._saved_state = dict(saved["objects"])
+        ObjectState.restore(self)
+
+    def _set_attrs(self) -> None:
+        for name, value in self._saved_state.items():
+            setattr(self, name, value)
+
+
+def run_fn(func: Callable[..., Any], reset: Callable[[], None]) -> Callable[..., Any]:
+    """Horovod's elastic loop for a framework (``reset`` re-initializes after a reset event)."""
+
+    @functools.wraps(func)
+    def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
+        state.resume_from_checkpoint()
+        failures = 0
+        reset_required = False
+        while True:
+            if reset_required:
+                reset()
+                state.on_reset()
+            state.sync()
+            try:
+                return func(state, *args, **kwargs)
+            except HorovodInternalError as exc:
+                failures += 1
+                if failures > RETRIES:
+                    raise
+                _log.log(f"hvd.elastic.run: {exc}; restoring the last commit and retrying ({failures}/{RETRIES})")
+                state.restore()
+            except HostsUpdatedInterrupt:
+                pass
+            reset_required = True
+
+    return wrapper
