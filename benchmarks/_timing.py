@@ -29,6 +29,13 @@ def time_interleaved(methods: Dict[str, Callable[[], object]], rounds: int, call
     return times
 
 
+def select_pairs(methods: Dict[str, Callable[[], object]], only: Optional[str]) -> Dict[str, Callable[[], object]]:
+    """The (native, Horovod) pairs whose native name contains `only` (all of them when None)."""
+    names = list(methods)
+    keep = [n for pair in zip(names[0::2], names[1::2]) if only is None or only in pair[0] for n in pair]
+    return {n: methods[n] for n in keep}
+
+
 def report_pairs(times: Dict[str, List[float]], ranks: int, rounds: int, calls: int, json_path: Optional[str],
                  name_width: int) -> None:
     """Print the (native, Horovod) pairs' medians and overheads; write all figures to ``json_path``."""

@@ -9,6 +9,8 @@ shared box hits all alike), median of the rounds:
   ``ddl_runtime.allreduce(t, op="avg")`` vs ``hvd.allreduce_(t, op=hvd.Average)``;
 * a training step (backward + step, SGD) of an MLP with ~1.1 M parameters in 6 tensors:
   ``ddl_runtime.torch.DistributedOptimizer`` vs ``hvd.DistributedOptimizer``;
+* allreduce against ``ddl_runtime.allreduce_n([t], op="avg")`` (1 KB and 4 MB, in place):
+  ``hvd.allreduce(t, op=hvd.Average)`` (a new tensor) and ``hvd.grouped_allreduce([t])``;
 * the digits CNN's (examples/train_digits.py) gradient exchange alone: fresh gradient tensors
   (as backward leaves them after ``zero_grad()``), then ``synchronize()``, native vs Horovod,
   once with the small bucket flat (``FlatAllreduce``, the default) and once a tensor at a time
@@ -23,7 +25,7 @@ import os
 import sys
 
 import torch
-from _timing import report_pairs, time_interleaved
+from _timing import report_pairs, select_pairs, time_interleaved
 
 import ddl_runtime as ddl
 import ddl_runtime.horovod.torch as hvd
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20, help="calls per method per round")
     p.add_argument("--json", dest="json_path")
+    p.add_argument("--only", help="run only the pairs whose native row contains this text")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     hvd.init()
@@ -88,6 +91,16 @@ def main(argv=None) -> int:
         "allreduce 1 KB: hvd.allreduce_": lambda: hvd.allreduce_(small, op=hvd.Average, name="small"),
         "allreduce 4 MB: ddl_runtime.allreduce": lambda: ddl.allreduce(large, op="avg", name="large"),
         "allreduce 4 MB: hvd.allreduce_": lambda: hvd.allreduce_(large, op=hvd.Average, name="large"),
+        "allreduce_n 1 KB: ddl_runtime.allreduce_n": lambda: ddl.allreduce_n([small], op="avg", names=["s"]),
+        "allreduce_n 1 KB: hvd.allreduce": lambda: hvd.allreduce(small, op=hvd.Average, name="small_new"),
+        "allreduce_n 1 KB: ddl_runtime.allreduce_n ": lambda: ddl.allreduce_n([small], op="avg", names=["s"]),
+        "allreduce_n 1 KB: hvd.grouped_allreduce": lambda: hvd.grouped_allreduce([small], op=hvd.Average,
+                                                                                  name="small_group"),
+        "allreduce_n 4 MB: ddl_runtime.allreduce_n": lambda: ddl.allreduce_n([large], op="avg", names=["l"]),
+        "allreduce_n 4 MB: hvd.allreduce": lambda: hvd.allreduce(large, op=hvd.Average, name="large_new"),
+        "allreduce_n 4 MB: ddl_runtime.allreduce_n ": lambda: ddl.allreduce_n([large], op="avg", names=["l"]),
+        "allreduce_n 4 MB: hvd.grouped_allreduce": lambda: hvd.grouped_allreduce([large], op=hvd.Average,
+                                                                                  name="large_group"),
         "MLP step: ddl_runtime.torch.DistributedOptimizer": lambda: _train_step(m_native, opt_native, x, y),
         "MLP step: hvd.DistributedOptimizer": lambda: _train_step(m_hvd, opt_hvd, x, y),
         "digits exchange, flat: ddl_runtime.torch": _digits_exchange(native.DistributedOptimizer, True),
@@ -95,6 +108,7 @@ def main(argv=None) -> int:
         "digits exchange, per tensor: ddl_runtime.torch": _digits_exchange(native.DistributedOptimizer, False),
         "digits exchange, per tensor: hvd": _digits_exchange(hvd.DistributedOptimizer, False),
     }
+    methods = select_pairs(methods, a.only)
     times = time_interleaved(methods, a.rounds, a.calls, hvd.barrier)
     if hvd.rank() == 0:
         report_pairs(times, hvd.size(), a.rounds, a.calls, a.json_path, name_width=52)

@@ -8,6 +8,10 @@ shared box hits all alike), median of the rounds:
 * allreduce of one float32 tf.Tensor (1 KB and 4 MB), average, eager:
   ``ddl_runtime.tensorflow.allreduce(t, op="avg")`` vs ``hvd.allreduce(t, op=hvd.Average)``;
 * the same 4 MB allreduce inside a ``tf.function``;
+* allreduce against ``ddl_runtime.tensorflow.allreduce_n([t], op="avg")`` (1 KB and 4 MB, eager):
+  ``hvd.allreduce(t, op=hvd.Average)`` and ``hvd.grouped_allreduce([t])``;
+* a TF2 custom training step (``tf.function``: forward, tape, gradient exchange, SGD update) of
+  the MLP below: ``ddl_runtime.tensorflow.DistributedGradientTape`` vs ``hvd.DistributedGradientTape``;
 * a Keras 3 train step (``train_on_batch``, TensorFlow backend, SGD) of an MLP with ~1.1 M
   parameters in 6 tensors: ``ddl_runtime.keras.DistributedOptimizer`` vs
   ``horovod.tensorflow.keras.DistributedOptimizer``.
@@ -29,7 +33,7 @@ import ddl_runtime.horovod.tensorflow as hvd  # noqa: E402
 import ddl_runtime.keras as native_keras  # noqa: E402
 import ddl_runtime.tensorflow as native  # noqa: E402
 import keras  # noqa: E402
-from _timing import report_pairs, time_interleaved  # noqa: E402
+from _timing import report_pairs, select_pairs, time_interleaved  # noqa: E402
 
 
 def _mlp(optimizer) -> keras.Model:
@@ -45,6 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20, help="calls per method per round")
     p.add_argument("--json", dest="json_path")
+    p.add_argument("--only", help="run only the pairs whose native row contains this text")
     a = p.parse_args(argv)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -63,7 +68,36 @@ def main(argv=None) -> int:
     def hvd_traced(t):
         return hvd.allreduce(t, op=hvd.Average, name="large_traced")
 
+    def tape_step(wrap):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input(shape=(512,)), keras.layers.Dense(1024, activation="relu"),
+                                  keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
+        opt = keras.optimizers.SGD(1e-3)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        xs, ys = tf.constant(x), tf.constant(y)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys, model(xs, training=True))
+            grads = wrap(tape).gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return step
+
     methods = {
+        "allreduce_n 1 KB: ddl_runtime.tensorflow.allreduce_n": lambda: native.allreduce_n([small], op="avg"),
+        "allreduce_n 1 KB: hvd.allreduce": lambda: hvd.allreduce(small, op=hvd.Average, name="small_n"),
+        "allreduce_n 1 KB: ddl_runtime.tensorflow.allreduce_n ": lambda: native.allreduce_n([small], op="avg"),
+        "allreduce_n 1 KB: hvd.grouped_allreduce": lambda: hvd.grouped_allreduce([small], op=hvd.Average,
+                                                                                  name="small_group"),
+        "allreduce_n 4 MB: ddl_runtime.tensorflow.allreduce_n": lambda: native.allreduce_n([large], op="avg"),
+        "allreduce_n 4 MB: hvd.allreduce": lambda: hvd.allreduce(large, op=hvd.Average, name="large_n"),
+        "allreduce_n 4 MB: ddl_runtime.tensorflow.allreduce_n ": lambda: native.allreduce_n([large], op="avg"),
+        "allreduce_n 4 MB: hvd.grouped_allreduce": lambda: hvd.grouped_allreduce([large], op=hvd.Average,
+                                                                                  name="large_group"),
+        "tape step: ddl_runtime.tensorflow.DistributedGradientTape": tape_step(native.DistributedGradientTape),
+        "tape step: hvd.DistributedGradientTape": tape_step(hvd.DistributedGradientTape),
         "allreduce 1 KB: ddl_runtime.tensorflow.allreduce": lambda: native.allreduce(small, op="avg", name="small"),
         "allreduce 1 KB: hvd.allreduce": lambda: hvd.allreduce(small, op=hvd.Average, name="small"),
         "allreduce 4 MB: ddl_runtime.tensorflow.allreduce": lambda: native.allreduce(large, op="avg", name="large"),
@@ -73,6 +107,7 @@ def main(argv=None) -> int:
         "Keras MLP train_on_batch: ddl_runtime.keras.DistributedOptimizer": lambda: m_native.train_on_batch(x, y),
         "Keras MLP train_on_batch: hvd.DistributedOptimizer": lambda: m_hvd.train_on_batch(x, y),
     }
+    methods = select_pairs(methods, a.only)
     times = time_interleaved(methods, a.rounds, a.calls, hvd.barrier)
     if hvd.rank() == 0:
         report_pairs(times, hvd.size(), a.rounds, a.calls, a.json_path, name_width=66)

@@ -82,6 +82,9 @@ class Engine:
         self.queued: Deque[Bucket] = deque()
         self.active: List[Bucket] = []
         self._counter = 0
+        # called while a wait polls: progresses the negotiated stream (negotiated_shm.py), whose
+        # peers may be blocked on this rank in shared memory; set, waits poll instead of blocking
+        self.idle: Optional[Callable[[], None]] = None
 
     # -- submitting -----------------------------------------------------------------------
     def submit(self, specs: Sequence[BucketSpec], refs: Sequence[TensorRef], op: str,
@@ -175,7 +178,7 @@ class Engine:
         watchdog = self.watchdog
         watchdog.waiting_since = start
         try:
-            if watchdog.threaded:
+            if watchdog.threaded and self.idle is None:
                 while True:
                     self.progress()
                     if condition():
@@ -201,6 +204,8 @@ class Engine:
                 return
             spins += 1
             if spins & 15 == 0:
+                if self.idle is not None:
+                    self.idle()
                 now = time.perf_counter()
                 waited = now - start
                 if not self.watchdog.threaded:
@@ -220,7 +225,7 @@ class Engine:
         watchdog = self.watchdog
         watchdog.waiting_since = start
         try:
-            if watchdog.threaded and not self.active and not self.queued:
+            if watchdog.threaded and not self.active and not self.queued and self.idle is None:
                 MPI.Request.Waitall(requests)
             else:
                 self._poll_until(lambda: MPI.Request.Testall(requests), start)

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
@@ -31,6 +31,10 @@ from mpi4py import MPI
 from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
+from .output_pool import RESULTS
+
+if TYPE_CHECKING:
+    from .negotiated_shm import NegotiatedShm
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 YIELD_AFTER_S = 50e-6
@@ -144,7 +148,11 @@ class Controller:
         handle = Handle(self, request)
         self.local[request.key] = handle
         self.unannounced.append(handle)
-        self._progress()
+        self._submitting = True  # negotiate, but leave blocking shared-memory work to polls and waits
+        try:
+            self._progress()
+        finally:
+            self._submitting = False
         return handle
 
     # -- progress -------------------------------------------------------------------------
@@ -195,7 +203,10 @@ class Controller:
         if len(payload) <= SLOT_BYTES - 8:
             slot[8:8 + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
         slots = np.empty((self.size, SLOT_BYTES), dtype=np.uint8)
-        req = self.neg.Iallgather([slot, MPI.BYTE], [slots, MPI.BYTE])
+        if self.shm is not None:  # one host: the same exchange through shared memory
+            req = self.shm.rounds.start(slot, slots)
+        else:
+            req = self.neg.Iallgather([slot, MPI.BYTE], [slots, MPI.BYTE])
         self._round_state = ("slots", req, payload, slots, None)
 
     def _advance_round(self) -> bool:
@@ -286,6 +297,9 @@ class Controller:
                 for i, tensor in enumerate(desc[3]):  # fused per dtype (a group may mix dtypes)
                     key = (tensor[1], desc[2])
                     group = fused.setdefault(key, [])
+                    if self.shm is not None and self.shm.takes(tensor[1], desc[2][0]):
+                        group.append((handle, i, tensor))  # shared memory: one group, any size
+                        continue
                     nbytes = sum(_nbytes(t) for _, _, t in group)
                     if group and nbytes + _nbytes(tensor) > self.fusion_bytes:
                         self._post_allreduce(key, group)
@@ -329,7 +343,12 @@ class Controller:
         return None
 
     # -- execution ----------------------------------------------------------------------------
+    shm: Optional["NegotiatedShm"] = None  # the global set on one host: allreduces in shared memory
+    _submitting = False
+
     def _post_allreduce(self, key, group) -> None:
+        """Start one fused allreduce group.  An output of None (TensorFlow's out-of-place results)
+        is memory this rank picks: a shared result region on the shared-memory path, else pooled."""
         dtype, (op, prescale, postscale) = np.dtype(key[0]), key[1]
         inputs, outputs, counts, handles, names = [], [], [], [], []
         for handle, i, (tname, _, shape) in group:
@@ -343,10 +362,24 @@ class Controller:
             else:  # a joined rank contributes zeros
                 inputs.append(None)
                 outputs.append(None)
+        if self.shm is not None and self.shm.takes(dtype.name, op):
+            # a transfer that runs (blocking, in shared memory) when first tested outside a submit;
+            # transfers are tested in the order posted, i.e. in table order, alike on every rank
+            self._track(_ShmFlight(self, group, handles, (inputs, outputs, dtype, counts, names, op, prescale,
+                                                         postscale)), handles, names)
+            return
+        self._post_allreduce_mpi(group, inputs, outputs, dtype, counts, names, handles, op, prescale, postscale)
+
+    def _post_allreduce_mpi(self, group, inputs, outputs, dtype, counts, names, handles, op, prescale,
+                            postscale) -> None:
+        for j, (handle, i, (_, _, shape)) in enumerate(group):
+            if handle is not None and outputs[j] is None:
+                outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
         divisor = self.size if op == "average" else 1
         flight = kernels.post_allreduce(self.data, inputs, outputs, dtype, counts, op, prescale, postscale,
                                         divisor, label="ALLREDUCE")
         self._track(flight, handles, names)
+
 
     def _post(self, kind: str, desc: tuple, entry: _Entry, handle: Optional[Handle]) -> None:
         if handle is None:
@@ -493,6 +526,31 @@ class Controller:
                 comm.Free()
             except MPI.Exception:
                 pass
+
+
+class _ShmFlight(kernels.InFlight):
+    """An allreduce group for the global set's shared memory (negotiated_shm.py), run when tested."""
+
+    def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
+        super().__init__([], lambda: None, "ALLREDUCE")
+        self.controller, self.group, self.handles, self.args = controller, group, handles, args
+
+    def test(self) -> bool:
+        ctl = self.controller
+        if self.done or ctl._submitting:
+            return self.done
+        self.started = time.perf_counter()
+        results = ctl.shm.allreduce(*self.args)
+        self.done = True
+        if results is None:  # no room in shared memory (every rank alike): the MPI path after all
+            inputs, outputs, dtype, counts, names, op, prescale, postscale = self.args
+            ctl._post_allreduce_mpi(self.group, inputs, outputs, dtype, counts, names, self.handles, op, prescale,
+                                    postscale)  # tracked after this one: _test_transfers tests it in this pass
+            return True
+        for (handle, i, (_, _, shape)), result in zip(self.group, results):
+            if handle is not None and handle.request.outputs[i] is None:
+                handle.request.outputs[i] = result.reshape(shape)
+        return True
 
 
 def _nbytes(t: tuple) -> int:

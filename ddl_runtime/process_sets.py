@@ -12,6 +12,7 @@ from mpi4py import MPI
 
 from . import runtime as _rt
 from .errors import DDLError, DDLInputError
+from .negotiated_shm import NegotiatedShm
 from .negotiation import Controller
 
 
@@ -21,6 +22,10 @@ class Registry:
         self.world = rt.world.Dup()  # process-set creation never interleaves with other traffic
         self.ranks: Dict[int, List[int]] = {0: list(range(rt.size))}
         self.controllers: Dict[int, Controller] = {0: self._controller(self.world, list(range(rt.size)), 0)}
+        if rt.shm is not None:  # one host: the global set's allreduces get shared memory of their own
+            self.controllers[0].shm = NegotiatedShm(rt, self.controllers[0])
+        self._busy = False
+        self._hook(self.progress_from_native_wait)
         self.next_id = 1
 
     def _controller(self, comm: MPI.Comm, ranks: List[int], set_id: int) -> Controller:
@@ -94,8 +99,37 @@ class Registry:
         for ctl in list(self.controllers.values()):
             ctl.progress()
 
+    def progress_from_native_wait(self) -> None:
+        """Called while a native collective waits: negotiated requests of this rank keep moving.
+
+        Ranks run native collectives in program order but negotiated ones whenever they notice
+        them ready; a peer may be waiting in a negotiated transfer (or shared-memory barrier) for
+        this rank while this rank waits in a native one for the peer, so native waits must run
+        this rank's part (never blocking on another thread of this rank that is doing it)."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            for ctl in list(self.controllers.values()):
+                if ctl.local and not ctl.closed and ctl.lock.acquire(blocking=False):
+                    try:
+                        ctl.progress()
+                    finally:
+                        ctl.lock.release()
+        finally:
+            self._busy = False
+
+    def _hook(self, idle) -> None:
+        """Install (or, with None, remove) the native waits' idle call."""
+        self.rt.engine.idle = idle
+        if self.rt.shm is not None:
+            self.rt.shm.idle = idle
+
     def close(self) -> None:
+        self._hook(None)
         for ctl in self.controllers.values():
+            if ctl.shm is not None:
+                ctl.shm.close()
             ctl.close()
         self.controllers.clear()
         self.world.Free()

@@ -56,7 +56,7 @@ import bisect
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
@@ -187,6 +187,9 @@ class ShmGroup:
         self.small_views: Dict[tuple, tuple] = {}
         self.no_room_said: set = set()  # what has been told about a full /dev/shm (once each)
         self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
+        # called now and then while a barrier waits: the job's native group progresses the
+        # negotiated stream there, whose own group checks that no peer has left (negotiated_shm.py)
+        self.idle: Optional[Callable[[], None]] = None
         self.results = SharedResults(self.heap)  # out-of-place results that peers write directly
         self.ctl_win.Sync()
         comm.Barrier()
@@ -224,6 +227,7 @@ class ShmGroup:
     def _wait(self, e: int) -> None:
         slots, watchdog = self.slots, self.watchdog
         start = time.perf_counter()
+        outer = watchdog.waiting_since  # a negotiated op may run inside a native wait (idle)
         watchdog.waiting_since = start
         spins = 0
         try:
@@ -232,6 +236,8 @@ class ShmGroup:
                     return
                 spins += 1
                 if spins & 7 == 0:
+                    if self.idle is not None:
+                        self.idle()
                     now = time.perf_counter()
                     waited = now - start
                     if not watchdog.threaded:
@@ -243,7 +249,7 @@ class ShmGroup:
                     elif self.oversubscribed or waited > SPIN_BEFORE_YIELD_S:
                         os.sched_yield()  # let a peer rank (or the watchdog thread) run
         finally:
-            watchdog.waiting_since = None
+            watchdog.waiting_since = outer
 
     # -- room in /dev/shm -----------------------------------------------------------------
     def room_for(self, nbytes: int, what: str, instead: str, reclaim: int = 0, say: bool = True) -> bool:

@@ -122,7 +122,7 @@ def agree(step: Optional[int] = None) -> bool:
         high, low = out[1], -out[2]
         if high != low:
             what = "no step" if low < 0 else f"step {int(low)}"
-            raise DDLMismatchError(f"agree(step={step}): ranks are at different steps ({what} to step {int(high)}); "
+            raise DDLMismatchError(f"agree(step=...): ranks are at different steps ({what} to step {int(high)}); "
                                    "every rank must call agree() at the same step boundary")
     if decision and not _state.announced:
         _state.announced = True

@@ -137,7 +137,7 @@ def manifests(directory: Path) -> List[int]:
     """Steps of the manifests in the directory, oldest first."""
     try:
         names = os.listdir(directory)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(int(m.group(1)) for m in map(_MANIFEST.match, names) if m)
 
@@ -167,7 +167,7 @@ def latest_step(directory: Path) -> Optional[int]:
     path = directory / LATEST_FILE
     try:
         return int(json.loads(path.read_text())["step"])
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         steps = manifests(directory)
         return steps[-1] if steps else None
     except (OSError, ValueError, KeyError, TypeError) as exc:

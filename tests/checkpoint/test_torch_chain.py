@@ -31,6 +31,7 @@ def _env(**extra: str) -> dict:
 
 
 def _start(out: Path, *args: str, **env: str) -> subprocess.Popen:
+    """programs/torch_chain.py under `ddlrun -n 2` (the rest of the command line: `args`)."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("pid.rank*"):
         stale.unlink()
@@ -76,19 +77,33 @@ def _pids(out: Path, rank: int) -> tuple:
     return int(program), int(rankexec)
 
 
+_REFERENCES: dict = {}
+
+
+def _reference(mode: str, tmp_path_factory) -> str:
+    """The final weights' hash of the same run done in one job (no checkpoint directory at all)."""
+    if mode not in _REFERENCES:
+        code, out, err = _finish(_start(tmp_path_factory.mktemp("reference"), "--mode", mode))
+        assert code == 0, err[-3000:]
+        _REFERENCES[mode] = _final(out)
+    return _REFERENCES[mode]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> str:
-    """The final weights' hash of the same run done in one job (no checkpoint directory at all)."""
-    code, out, err = _finish(_start(tmp_path_factory.mktemp("reference")))
-    assert code == 0, err[-3000:]
-    return _final(out)
+    return _reference("optimizer", tmp_path_factory)
 
 
-@pytest.mark.parametrize("target", ["rank 1 only", "every rankexec"])
-def test_a_stop_signal_saves_exits_75_and_the_resumed_run_ends_with_the_same_weights(reference, tmp_path, target):
+@pytest.mark.parametrize("mode, target", [("optimizer", "rank 1 only"), ("plain", "every rankexec"),
+                                          ("elastic", "rank 1 only")])
+def test_a_stop_signal_saves_exits_75_and_the_resumed_run_ends_with_the_same_weights(tmp_path_factory, tmp_path,
+                                                                                     mode, target):
+    """optimizer: the stop rides in the gradient reduction; plain: agree()'s own collective;
+    elastic: hvd.elastic's commit() is the step boundary and run() restores."""
+    reference = _reference(mode, tmp_path_factory)
     ckpt = tmp_path / "ckpt"
     env = {"WML_CHECKPOINT_DIR": str(ckpt), "WML_STOP_SIGNAL": "USR1"}
-    proc = _start(tmp_path / "run", **env)
+    proc = _start(tmp_path / "run", "--mode", mode, **env)
     _wait_for(lambda: _progress(tmp_path / "run") >= 8 and (tmp_path / "run" / "pid.rank1").exists(), proc, "step 8")
     if target == "rank 1 only":
         os.kill(_pids(tmp_path / "run", 1)[0], signal.SIGUSR1)
@@ -99,10 +114,11 @@ def test_a_stop_signal_saves_exits_75_and_the_resumed_run_ends_with_the_same_wei
     assert code == 75, err[-3000:]
     assert "stop agreed at step" in err
     latest = json.loads((ckpt / "latest.json").read_text())
-    assert 8 <= latest["step"] < STEPS - 1 and latest["framework"] == "torch"
+    assert 8 <= latest["step"] < STEPS - 1
+    assert latest["framework"] == ("horovod-elastic" if mode == "elastic" else "torch")
     assert not any("FINAL" in line for line in out.splitlines())
 
-    code, out, err = _finish(_start(tmp_path / "run", **env))
+    code, out, err = _finish(_start(tmp_path / "run", "--mode", mode, **env))
     assert code == 0, err[-3000:]
     assert f"resuming from the checkpoint of step {latest['step']}" in err
     assert _final(out) == reference

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddl_runtime.errors import DDLError, DDLInputError
-from ddl_runtime.tensorflow import _with_gradient
+from ddl_runtime.tensorflow import _source, _to_tensor, _with_gradient
 from ddl_runtime.kernels import scatter_rows
 from ddl_runtime.negotiation import Request
 
@@ -59,16 +59,27 @@ def _host(a: Any) -> np.ndarray:
     return a
 
 
+def _readonly(a: Any) -> np.ndarray:
+    """The tensor's values as they are, not to be written (bfloat16 as float32: MPI has none)."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
 def _bridge(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.Tensor],
-            out_dtypes: List[tf.DType], out_shapes: List[tf.TensorShape], what: str) -> List[tf.Tensor]:
-    """Run `core` (numpy in, numpy out) now, or as a stateful op when tracing a tf.function."""
+            out_dtypes: List[tf.DType], out_shapes: List[tf.TensorShape], what: str,
+            host: Callable[[Any], np.ndarray] = _host) -> List[tf.Tensor]:
+    """Run `core` (numpy in, numpy out) now, or as a stateful op when tracing a tf.function.
+
+    `core` gets host(values) of each tensor: by default a writable copy of its own (_host);
+    _readonly hands it TensorFlow's own buffer (eagerly: no copy; the core only reads it).
+    Eager results become tensors through DLPack where their memory allows (no copy)."""
     if tf.executing_eagerly():
-        outs = core([_host(t.numpy()) for t in tensors])
-        return [tf.convert_to_tensor(np.asarray(o), dtype=d) for o, d in zip(outs, out_dtypes)]
+        outs = core([host(_source(t)) for t in tensors])
+        return [_to_tensor(o, d) for o, d in zip(outs, out_dtypes)]
 
     def fn(*arrays):
         try:
-            outs = core([_host(a) for a in arrays])
+            outs = core([host(a) for a in arrays])
         except tf.errors.FailedPreconditionError as exc:  # handed to the op below, which keeps its class
             return [_placeholder(d, shape) for d, shape in zip(out_dtypes, out_shapes)] + [np.bytes_(str(exc))]
         return [np.asarray(o).astype(d.as_numpy_dtype) if np.asarray(o).dtype != d.as_numpy_dtype
@@ -119,12 +130,13 @@ def _reduce(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: fl
     """`name`: the user's (gradients are named after it); `request`: the name negotiated (naming.py)."""
     request = request if request is not None else request_name(name, "allreduce")
 
-    def core(arrays):  # the arrays are our own host copies: reduced in place
-        _run("allreduce", request, (op_name, pre, post), arrays, arrays, process_set, what, group=group)
-        return arrays
+    def core(arrays):  # out of place: TensorFlow's buffers are read, results land where the engine picks
+        outputs: List[Any] = [None] * len(arrays)
+        _run("allreduce", request, (op_name, pre, post), arrays, outputs, process_set, what, group=group)
+        return outputs
 
     def forward(ts):
-        return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what)
+        return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what, host=_readonly)
 
     def backward(dys, xs):
         if op_name in ("sum", "average"):

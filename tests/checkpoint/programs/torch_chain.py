@@ -1,6 +1,10 @@
 """A small torch training run with Checkpointer, as a chained job would run it (tests only).
 
-    python torch_chain.py OUT --steps 40 --mode optimizer|plain [--every 5] [--slow-save-from 9]
+    python torch_chain.py OUT --steps 40 --mode optimizer|plain|elastic [--every 5] [--slow-save-from 9]
+
+optimizer: ddl_runtime.torch's DistributedOptimizer and Checkpointer; plain: a plain loop
+(allreduce_n of the gradients) with Checkpointer; elastic: Horovod's DistributedOptimizer and
+hvd.elastic.TorchState, whose commit() each step is the chain's step boundary.
 
 Deterministic data order (step k's batch comes from a generator seeded with k), dropout and
 per-rank python / numpy / torch random streams, SGD with momentum (optimizer state).  Each rank
@@ -50,7 +54,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--mode", choices=("optimizer", "plain"), default="optimizer")
+    p.add_argument("--mode", choices=("optimizer", "plain", "elastic"), default="optimizer")
     p.add_argument("--every", type=int, default=None)
     p.add_argument("--slow-save-from", type=int, default=None)
     p.add_argument("--step-seconds", type=float, default=0.02)
@@ -68,14 +72,15 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     if args.mode == "optimizer":
         opt = ddl.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    elif args.mode == "elastic":
+        import ddl_runtime.horovod.torch as hvd
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     ddl.broadcast_parameters(model.state_dict(), root_rank=0)
     random.seed(r)
     np.random.seed(r)
     torch.manual_seed(100 + r)  # per-rank dropout streams: resuming must give each rank its own back
 
-    extra = Extra(args.slow_save_from)
-    ckpt = ddl.Checkpointer(model, opt, every=args.every, extra=extra)      # the addition, line 1
-    for step in range(ckpt.restore(), args.steps):                          # ... and 2
+    def train_step(step):
         order = torch.randperm(512, generator=torch.Generator().manual_seed(step))[:32]
         idx = order[r::ddl.size()]
         x = x_all[idx] * (1.0 + 0.01 * random.random()) + torch.from_numpy(np.random.normal(0, 0.01, (16, 20))).float()
@@ -86,11 +91,28 @@ def main() -> int:
             grads = [p_.grad for p_ in model.parameters()]
             ddl_runtime.allreduce_n(grads, op="avg", names=[n for n, _ in model.named_parameters()])
         opt.step()
-        extra.step = step
         if r == 0:
             (out / "progress").write_text(str(step))
         time.sleep(args.step_seconds)
-        ckpt.step_end(step)                                                 # ... and 3
+
+    if args.mode == "elastic":
+        state = hvd.elastic.TorchState(model, opt, step=0)
+
+        @hvd.elastic.run
+        def train(state):
+            while state.step < args.steps:
+                train_step(state.step)
+                state.step += 1
+                state.commit()
+
+        train(state)
+    else:
+        extra = Extra(args.slow_save_from)
+        ckpt = ddl.Checkpointer(model, opt, every=args.every, extra=extra)  # the addition, line 1
+        for step in range(ckpt.restore(), args.steps):                      # ... and 2
+            train_step(step)
+            extra.step = step
+            ckpt.step_end(step)                                             # ... and 3
     if r == 0:
         weights = torch.cat([v.reshape(-1) for v in model.state_dict().values()])
         torch.save(model.state_dict(), out / "final.pt")
