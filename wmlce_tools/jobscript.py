@@ -232,7 +232,10 @@ def _chain_context(plan: JobPlan) -> Optional[dict]:
         warning_from="the scheduler's warning before the walltime" if warns else "this script's timer: the walltime is near",
         finished_name=FINISHED_FILE, exit_resume=EXIT_RESUME,
         scheduler_title={"pbs": "PBS Pro", "cobalt": "Cobalt", "local": "The local site"}.get(plan.site.scheduler, plan.site.scheduler),
-        end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end", str(chain.run_dir), str(seg.index)]))
+        end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end",
+                             # Cobalt runs a dependent job only after an exit status of 0 (segment_end.py)
+                             *(["--afterok-only"] if plan.site.scheduler == "cobalt" else []),
+                             str(chain.run_dir), str(seg.index)]))
 
 
 def render_script(plan: JobPlan) -> str:
@@ -256,5 +259,6 @@ def render_script(plan: JobPlan) -> str:
         pbs_resources=_pbs_resources(site, lay.nodes, wall),
         launcher_line=sh_join(plan.launcher_argv),
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
+        workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
     )
     return _jinja().get_template(plan.scheduler.template).render(**ctx)

@@ -50,6 +50,10 @@ def signal_number(name: str) -> int:
 
 def _handler(signum, _frame) -> None:
     _state.requested = True  # only a flag: printing here could re-enter a half-written stream
+    # Taken: ignore the signal from now on.  The launcher repeats it until the rank ends (one that
+    # came before this handler existed must not be lost), and Python puts back the default action,
+    # which kills, for signals with a Python handler when the interpreter exits (after a checkpoint).
+    signal.signal(signum, signal.SIG_IGN)
 
 
 def install() -> None:

@@ -65,7 +65,7 @@ def test_slurm_asks_for_the_signal_and_depends_afterany(program):
     assert "#SBATCH --signal=B:USR1@150" in d and "#SBATCH --dependency=afterany:4242" in d
     first = render_segment("slurm-gpu", program, index=1, after="99", **CHAIN_JOBS["slurm-gpu"])
     assert "#SBATCH --dependency=afterok:99" in directives(first, "#SBATCH")   # --after holds the first segment
-    assert "sleep " not in first          # Slurm warns: no timer of the script's own
+    assert "kill -s USR1 $$" not in first  # Slurm warns: no timer of the script's own
 
 
 def test_lsf_warning_is_in_whole_minutes_rounded_up(program):

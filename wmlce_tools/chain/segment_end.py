@@ -7,6 +7,12 @@
   last segment, that the run is not finished and how to go on).
 - anything else: a failure; the next segment (afterany) resumes from the last good checkpoint.
 One line each, the step from latest.json; records ``segment-<k>/end.json``; exits STATUS.
+
+``--afterok-only`` (Cobalt): the scheduler starts a dependent job only when the job it waits for
+exited 0 (Cobalt's queue manager satisfies ``--dependencies`` on exit status 0 alone and holds the
+dependent job as ``dep_hold``/``dep_fail`` otherwise), so a segment that is not the chain's last
+exits 0 whatever STATUS was, saying so; the real status stays in end.json, which ``wml status``
+reads.
 """
 from __future__ import annotations
 
@@ -43,7 +49,18 @@ def _cancel_rest(rec: record.ChainRecord, index: int) -> List[str]:
     return done
 
 
-def end_segment(run_dir: Path, index: int, status: int) -> int:
+def end_segment(run_dir: Path, index: int, status: int, afterok_only: bool = False) -> int:
+    code = _end_segment(run_dir, index, status)
+    rec = record.load(run_dir)
+    if afterok_only and code != 0 and rec is not None and index < rec.length:
+        _say(f"exiting 0, not {code}, so that {rec.scheduler.capitalize()} starts segment {index + 1}: it holds a job "
+             f"whose dependency exited non-zero (dep_fail); status {code} is recorded in "
+             f"{run_dir / f'segment-{index}' / record.END_FILE}")
+        return 0
+    return code
+
+
+def _end_segment(run_dir: Path, index: int, status: int) -> int:
     rec = record.load(run_dir)
     if rec is None:
         _say(f"{run_dir / record.CHAIN_FILE} is missing or unreadable; segment {index} ends with status {status}")
@@ -74,14 +91,16 @@ def end_segment(run_dir: Path, index: int, status: int) -> int:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    afterok_only = "--afterok-only" in argv
+    argv = [a for a in argv if a != "--afterok-only"]
     try:
         run_dir, index, status = Path(argv[0]), int(argv[1]), int(argv[2])
     except (IndexError, ValueError):
-        sys.stderr.write("usage: python -m wmlce_tools.chain.segment_end RUN_DIR INDEX STATUS\n")
+        sys.stderr.write("usage: python -m wmlce_tools.chain.segment_end [--afterok-only] RUN_DIR INDEX STATUS\n")
         return 2
     try:
-        return end_segment(run_dir, index, status)
+        return end_segment(run_dir, index, status, afterok_only)
     except OSError as e:
         _say(f"could not record how segment {index} ended: {e}")
         return status

@@ -22,23 +22,86 @@ Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts o
 """
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
 import signal
-import subprocess
-import sys
-import threading
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ddl_runtime.errors import DDLInputError
-from ddl_runtime.jobenv import JobEnvironment, detect_launcher
+# A chained job's stop signal may come while this shim is still importing: catch it at once
+# (StopRelay takes it over; the names are resolved again there).
+_EARLY_STOP: list = []
+if os.environ.get("WML_STOP_SIGNAL", "").strip().upper() in ("USR1", "SIGUSR1"):
+    signal.signal(signal.SIGUSR1, lambda *_: _EARLY_STOP.append(1))
 
-from .exitreport import format_report
-from .pdeathsig import KILL_ON_PARENT_DEATH
+import argparse  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple  # noqa: E402
+
+from ddl_runtime.errors import DDLInputError  # noqa: E402
+from ddl_runtime.jobenv import JobEnvironment, detect_launcher  # noqa: E402
+
+from .exitreport import format_report  # noqa: E402
+from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNAL_ENV = "WML_STOP_SIGNAL"   # ddl_runtime.checkpoint.protocol's name (not imported: this starts on every rank)
+RESEND_S = 2.0     # a chained job's stop signal is passed on again this often until the program ends
+
+
+class StopRelay:
+    """A chained job's stop signal ($WML_STOP_SIGNAL), delivered so that it cannot kill a rank that is
+    still starting: this shim catches it from the start (and remembers one that came before the
+    program existed), the program starts with it ignored (SIG_IGN survives exec; the runtime's
+    handler replaces it), and once it has come it is passed on every RESEND_S seconds until the
+    program ends (the runtime's stop request is idempotent), so one that reached the program before
+    its handler was installed is not lost."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.child: Optional[subprocess.Popen] = None
+        self.came = threading.Event()
+        self.sending = False
+        signal.signal(signum, lambda *_: self.came_now())
+        if _EARLY_STOP:
+            self.came.set()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Optional["StopRelay"]:
+        name = env.get(STOP_SIGNAL_ENV, "").strip().upper()
+        if not name:
+            return None
+        num = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
+        return cls(int(num)) if num is not None else None   # a bad name: the runtime says so on every rank
+
+    def came_now(self) -> None:
+        self.came.set()
+        self.start()
+
+    def ignore_in_child(self) -> None:     # in the child, before exec
+        signal.signal(self.signum, signal.SIG_IGN)
+
+    def attach(self, child: subprocess.Popen) -> None:
+        self.child = child
+        if self.came.is_set():
+            self.start()
+
+    def start(self) -> None:
+        if self.child is None or self.sending:
+            return
+        self.sending = True
+        threading.Thread(target=self._resend, daemon=True).start()
+
+    def _resend(self) -> None:
+        child = self.child
+        while child.poll() is None:
+            try:
+                child.send_signal(self.signum)
+            except OSError:
+                return
+            time.sleep(RESEND_S)
 
 
 class ShimError(Exception):
@@ -169,19 +232,28 @@ OUTPUT_MODES = ("direct", "lines", "prefixed")
 
 
 def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, output: str,
-                on_exit: Callable[[int], None] = lambda code: None) -> int:
+                on_exit: Callable[[int], None] = lambda code: None, stop: Optional[StopRelay] = None) -> int:
     """Run the program; ``on_exit(status)`` is called the moment it ends (before its last
-    output is passed on), so the report races as little as possible with a job being torn down."""
+    output is passed on), so the report races as little as possible with a job being torn down.
+    ``stop``: a chained job's stop signal, relayed as StopRelay says."""
     pipe = None if output == "direct" else subprocess.PIPE
+
+    def preexec() -> None:
+        KILL_ON_PARENT_DEATH()
+        if stop is not None:
+            stop.ignore_in_child()
     try:
         child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
-                                 close_fds=False, preexec_fn=KILL_ON_PARENT_DEATH)
+                                 close_fds=False, preexec_fn=preexec)
     except FileNotFoundError:
         raise ShimError(f"rank {rank}: cannot run {program[0]!r}: not found", 127) from None
     except PermissionError:
         raise ShimError(f"rank {rank}: cannot run {program[0]!r}: permission denied", 126) from None
     for sig in FORWARDED_SIGNALS:
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        if stop is None or sig != stop.signum:
+            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    if stop is not None:
+        stop.attach(child)
     pumps = []
     if pipe is not None:
         tag = f"[{rank}] ".encode() if output == "prefixed" else b""
@@ -222,6 +294,7 @@ def _parse(argv: Sequence[str]) -> Tuple[RankSettings, bool, Optional[str], List
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    stop = StopRelay.from_env(os.environ)    # first: a stop signal must never kill a starting rank
     settings, output, report, program = _parse(sys.argv[1:] if argv is None else argv)
     rank = -1
     reported = False
@@ -240,7 +313,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ShimError("no program given")
         env = rank_environment(settings, os.environ)
         rank = int(env["RANK"])
-        code = run_program(program, env, rank, output, on_exit=send_report)
+        code = run_program(program, env, rank, output, on_exit=send_report, stop=stop)
     except ShimError as e:
         sys.stderr.write(f"ddlrun: error: {e}\n")
         code = e.code

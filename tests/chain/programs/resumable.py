@@ -28,6 +28,9 @@ from pathlib import Path  # noqa: E402
 from ddl_runtime.checkpoint.protocol import (CHAIN_LENGTH_ENV, CHECKPOINT_DIR_ENV, EXIT_RESUME,  # noqa: E402
                                              LATEST_FILE, RUN_ID_ENV, SEGMENT_ENV, STOP_SIGNAL_ENV)
 
+# importing ddl_runtime.checkpoint installs the runtime's own handler: this program keeps its own
+signal.signal(signal.SIGUSR1, lambda *_: STOP.append(1))
+
 WAIT_FOR_SIGNAL_S = 120
 MASK = (1 << 64) - 1
 
