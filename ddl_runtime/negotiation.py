@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 YIELD_AFTER_S = 50e-6
-REFUSAL_FLUSH_S = 1.0  # at shutdown, how long a pending refusal may wait for its round to complete
+REFUSAL_FLUSH_S = 1.0
+REFUSAL_SETTLE_S = 0.5  # how long a refusal waits for the peers' side of the name before returning  # at shutdown, how long a pending refusal may wait for its round to complete
 DEPARTED_GRACE_S = 1.0  # a peer that finalized this long ago while we still wait will never come
 
 
@@ -475,7 +476,11 @@ class Controller:
                     self._give_up(handle, DDLError(f"{handle.request.kind} '{handle.request.name}': {_ranks(gone)} "
                                                    "shut down (finalize or exit) without taking part in it"))
             if limit is not None and waited >= limit:
-                self._give_up(handle, DDLError(f"{self._stall_line(handle)} for {waited:.0f} s; giving up"))
+                line = self._stall_line(handle)
+                if handle._pending_data:  # its transfer stays posted: later ones on this channel would pair wrongly
+                    self.broken = (f"{handle.request.kind} '{handle.request.name}' was abandoned in mid-transfer "
+                                   f"after {waited:.0f} s; process set {self.set_id} cannot be used any more")
+                self._give_up(handle, DDLError(f"{line} for {waited:.0f} s; giving up"))
             if waited > 1.0:
                 time.sleep(0.0005)  # a long wait: stop burning a core
             elif waited > YIELD_AFTER_S:
@@ -511,7 +516,13 @@ class Controller:
         with self.lock:
             if self.closed or self.broken or f"{kind}.{name}" in self.local:
                 return
-            self._submit(Request(kind, name, (), [], error=error))
+            handle = self._submit(Request(kind, name, (), [], error=error))
+        # Usually the peers have submitted (or refused) it already: settle it now, so that the name
+        # is free again on this rank when the program goes on.
+        deadline = time.monotonic() + REFUSAL_SETTLE_S
+        while not handle.finished and not self.broken and time.monotonic() < deadline:
+            self.progress_all()
+            time.sleep(0.0002)
 
     def close(self) -> None:
         # A refusal announced just before shutdown: give its round a moment to reach the peers.

@@ -4,8 +4,8 @@ Collectives are matched across ranks by name.  Eagerly, an unnamed collective is
 it is called, in program order, which is the same on every rank.  In a graph (``tf.function``,
 ``tf.compat.v1`` sessions) TensorFlow's executor runs independent ops in any order, so a number
 taken when the op *runs* differs between ranks; here the name is taken when the op is *built*:
-the graph's name and a count per graph and kind ("train_step/allreduce.3"), as Horovod names its
-ops from the graph.
+the graph's name and a count per graph and kind ("train_step/allreduce.3", "graph2/broadcast.0"),
+as Horovod names its ops from the graph.
 
 A rank whose own input is bad (a dtype it cannot send, a root outside the set) refuses under the
 name the collective would have had, so every other rank's collective of that name fails with a
@@ -14,6 +14,7 @@ message naming the rank and its error, instead of waiting for a rank that will n
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import weakref
 from typing import Any, Dict, Iterator, Optional
@@ -26,6 +27,7 @@ from ..common.process_sets import controller_for
 from .errors import HorovodInputError
 
 _per_graph: "weakref.WeakKeyDictionary[Any, Dict[str, int]]" = weakref.WeakKeyDictionary()
+_graphs = itertools.count()
 
 
 def request_name(name: Optional[str], kind: str) -> Optional[str]:
@@ -35,10 +37,19 @@ def request_name(name: Optional[str], kind: str) -> Optional[str]:
     if tf.executing_eagerly():
         return None
     graph = tf.compat.v1.get_default_graph()
-    counts = _per_graph.setdefault(graph, {})
+    counts = _per_graph.get(graph)
+    if counts is None:
+        counts = _per_graph[graph] = {"": next(_graphs)}
     n = counts.get(kind, 0)
     counts[kind] = n + 1
-    return f"{getattr(graph, 'name', None) or 'graph'}/{kind}.{n}"
+    return f"{_graph_label(graph, counts[''])}/{kind}.{n}"
+
+
+def _graph_label(graph: Any, serial: int) -> str:
+    """A tf.function's graph by its function's name (a retrace reuses the names, as Horovod's do);
+    a tf.compat.v1 graph by the order it was first given a collective ("graph3"), so ops of an
+    old graph never share a name with a newer graph's."""
+    return getattr(graph, "name", None) or f"graph{serial}"
 
 
 @contextlib.contextmanager
