@@ -96,6 +96,7 @@ FAULT_CHECKS = [
     "one rank's bad input: an error on every rank, the job goes on",
     "graph mode: independent collectives named from the graph, run 40 times",
     "rank_op, size_op, local ops, uint16 and bool",
+    "TF1 graph mode: ref variables, broadcast_, broadcast_global_variables, broadcast gradient",
 ]
 
 

@@ -12,9 +12,9 @@
         hvd.broadcast_variables(opt.variables, root_rank=0)
 
 Collectives: :mod:`.mpi_ops` (the negotiated engine horovod.torch uses too).  Keras 3:
-``horovod.tensorflow.keras``.  TensorFlow 1 graph-mode helpers (``broadcast_global_variables``,
-``BroadcastGlobalVariablesHook``, TF1 optimizers) are not supported: TensorFlow 2.16+ with
-Keras 3 has no global variable collection.
+``horovod.tensorflow.keras``.  In ``tf.compat.v1`` graph mode ``broadcast_global_variables`` and
+``BroadcastGlobalVariablesHook`` broadcast the graph's global variables; TensorFlow 1 optimizers
+(``tf.compat.v1.train.Optimizer``) are not supported.
 """
 from ddl_runtime.errors import DDLInputError as _DDLInputError
 
@@ -60,7 +60,37 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
 
 
 def broadcast_global_variables(root_rank):
-    """TensorFlow 1 only: there is no global variable collection in TensorFlow 2 / Keras 3."""
-    raise _DDLInputError("broadcast_global_variables() needs TensorFlow 1 graph mode; use "
-                         "hvd.broadcast_variables(model.variables, root_rank) (or the Keras "
-                         "BroadcastGlobalVariablesCallback)")
+    """TensorFlow 1 graph mode: an op that assigns `root_rank`'s values to every global variable
+    (``tf.compat.v1.global_variables()``).  Eagerly there is no such collection (Horovod refuses too)."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        raise _DDLInputError("broadcast_global_variables() needs TensorFlow 1 graph mode; eagerly use "
+                             "hvd.broadcast_variables(model.variables, root_rank) (or the Keras "
+                             "BroadcastGlobalVariablesCallback)")
+    return tf.group(*broadcast_(tf.compat.v1.global_variables(), root_rank, name="broadcast_global_variables"))
+
+
+def _session_run_hook():
+    import tensorflow as tf
+
+    class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+        """A tf.compat.v1 SessionRunHook (MonitoredTrainingSession) that broadcasts every global variable
+        from `root_rank` once the session exists: the same start on every rank."""
+
+        def __init__(self, root_rank, device=''):
+            super().__init__()
+            self.root_rank = root_rank
+            self.bcast_op = None
+
+        def begin(self):
+            if self.bcast_op is None or self.bcast_op.graph is not tf.compat.v1.get_default_graph():
+                self.bcast_op = broadcast_global_variables(self.root_rank)
+
+        def after_create_session(self, session, coord):
+            session.run(self.bcast_op)
+
+    return BroadcastGlobalVariablesHook
+
+
+BroadcastGlobalVariablesHook = _session_run_hook()

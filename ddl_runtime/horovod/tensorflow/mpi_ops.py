@@ -43,8 +43,8 @@ def _check(t: Any, what: str, reduce: bool) -> tf.Tensor:
             t = tf.convert_to_tensor(t)
         except (TypeError, ValueError):
             raise DDLInputError(f"{what}: expected a tf.Tensor, got {type(t).__name__}") from None
-    if t.dtype not in (_REDUCIBLE if reduce else _MOVABLE):
-        raise DDLInputError(f"{what}: dtype {t.dtype.name} is not supported")
+    if t.dtype.base_dtype not in (_REDUCIBLE if reduce else _MOVABLE):  # base: a TF1 ref variable's float32_ref
+        raise DDLInputError(f"{what}: dtype {t.dtype.base_dtype.name} is not supported")
     return tf.convert_to_tensor(t)
 
 
@@ -307,18 +307,26 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     def backward(dys, xs):  # Horovod's rule: the averaged gradient on the root, zeros elsewhere
         averaged = _reduce(dys, f"{name}.grad" if name else None, "average", 1.0, 1.0, process_set, what, False)
         me = controller_for(process_set, what).rank
-        return [g if me == root else tf.zeros_like(g) for g in averaged]
+        return [g if me == root else g * 0 for g in averaged]  # `* 0`, not zeros_like: a graph still runs it
 
     return _differentiable(forward, backward, [t])[0]
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assign `root_rank`'s values to the variables (a list of tf.Variable) in place; returns them."""
+    """Assign `root_rank`'s values to the variables (tf.Variable, resource or TensorFlow 1 ref
+    variables) in place.  Eagerly returns the variables; in a graph, tensors of the broadcast values
+    that run the broadcast and the assignment when evaluated."""
     variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
+    out = []
     for i, v in enumerate(variables):
         value = broadcast(v, root_rank, name=f"{name}.{i}" if name else None, process_set=process_set)
-        v.assign(value)
-    return variables
+        assigned = v.assign(value)
+        if tf.executing_eagerly():
+            out.append(v)
+            continue
+        with tf.control_dependencies([assigned]):
+            out.append(tf.identity(value))
+    return out
 
 
 # -- alltoall -----------------------------------------------------------------------------------

@@ -124,7 +124,34 @@ close(hvd.allgather(tf.constant([[r]], tf.uint16)), [[0], [1]])
 assert hvd.allgather(tf.constant([True])).dtype == tf.bool
 ok("rank_op, size_op, local ops, uint16 and bool")
 
-# 5. A rank that leaves ends the others' waits within seconds, naming it
+# 5. TensorFlow 1 graph mode: ref variables, broadcast_, broadcast_global_variables, gradients that a
+#    graph would prune on one rank only (broadcast's gradient is zero off the root)
+from tensorflow.python.ops.ref_variable import RefVariable  # noqa: E402
+
+with tf.Graph().as_default():
+    ref = RefVariable(tf.fill([3], float(r + 1)))
+    res = tf.Variable(tf.fill([2], float(10 * r)))
+    done, = hvd.broadcast_([ref], root_rank=1)
+    everything = hvd.broadcast_global_variables(root_rank=0)
+    x = tf.constant([1.0, 2.0]) * float(r + 1)
+    grad = tf.gradients(hvd.broadcast(x, root_rank=0), x)[0]
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        close(sess.run(done), [2.0] * 3)
+        close(sess.run(ref), [2.0] * 3)
+        sess.run(tf.compat.v1.assign(ref, tf.fill([3], float(r + 5))))
+        sess.run(everything)  # rank 0's values of every global variable
+        close(sess.run(ref), [5.0] * 3)
+        close(sess.run(res), [0.0, 0.0])
+        close(sess.run(grad), [1.0, 1.0] if r == 0 else [0.0, 0.0])
+try:
+    hvd.broadcast_global_variables(0)
+    raise AssertionError("eager broadcast_global_variables did not refuse")
+except RuntimeError as exc:
+    assert "broadcast_variables" in str(exc), exc
+ok("TF1 graph mode: ref variables, broadcast_, broadcast_global_variables, broadcast gradient")
+
+# 6. A rank that leaves ends the others' waits within seconds, naming it
 if r == 1:
     print("rank 1 leaves", flush=True)
 else:
