@@ -9,6 +9,7 @@ it is one tiny allreduce that also checks that every rank passed the same step.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -67,7 +68,23 @@ def install() -> None:
         return
     with _state.lock:
         signal.signal(number, _handler)
+        if _state.signal_name is None:
+            atexit.register(_ignore_at_exit)
         _state.signal_name = name
+
+
+def _ignore_at_exit() -> None:
+    """At interpreter exit, ignore the stop signal if the handler never took it.  Python puts the
+    killing default back for every signal that still has a Python handler when it finalizes, and
+    the launcher repeats a stop signal until the rank has ended: one arriving while a rank that
+    finished its run is exiting would kill it (status 138), and the chain would take the finished
+    run for a failed segment."""
+    name = _state.signal_name
+    if name is None:
+        return
+    number = signal_number(name)
+    if signal.getsignal(number) is _handler:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def configure_signal(name: Optional[str]) -> None:

@@ -1,6 +1,6 @@
 """torch's one-or-two-line addition for training that outlives a job.
 
-    ckpt = Checkpointer(model, optimizer, scheduler=scheduler)   # anything with state_dict()
+    ckpt = Checkpointer(model, optimizer, steps=steps, scheduler=scheduler)   # anything with state_dict()
     for step in range(ckpt.restore(), steps):                      # 0, or the step after the saved one
         ...forward, backward, optimizer.step()...
         ckpt.step_end(step)             # agrees on the stop; on a stop saves and exits 75
@@ -28,11 +28,14 @@ class Checkpointer:
 
     Without a checkpoint directory ($WML_CHECKPOINT_DIR, or checkpoint.configure(directory=...))
     it does nothing: the same script runs in one job unchanged.  ``every``: also save every that many steps (without stopping), so a crash loses at most that
-    many; by default only the agreed stop saves.
+    many; by default only the agreed stop saves.  ``steps``: the run's number of steps, when
+    known: the last step (``steps - 1``) finishes the run even when a stop was asked for (the loop
+    ends, the program exits 0 and the chain is done), where without it a stop agreed there saves
+    and exits 75, and the next job only restores and ends.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
-                 every: Optional[int] = None, **objects: Any) -> None:
+                 every: Optional[int] = None, steps: Optional[int] = None, **objects: Any) -> None:
         if not isinstance(model, torch.nn.Module):
             raise DDLInputError(f"Checkpointer: model is a {type(model).__name__}, not a torch.nn.Module")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -42,7 +45,9 @@ class Checkpointer:
                 raise DDLInputError(f"Checkpointer: {name}={type(obj).__name__} has no state_dict()/load_state_dict()")
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
             raise DDLInputError(f"Checkpointer: every={every!r} must be a positive number of steps")
-        self.model, self.optimizer, self.every, self.objects = model, optimizer, every, objects
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise DDLInputError(f"Checkpointer: steps={steps!r} must be the run's positive number of steps")
+        self.model, self.optimizer, self.every, self.steps, self.objects = model, optimizer, every, steps, objects
         self.active = saving.directory() is not None
         if every is not None and not self.active:
             saving.require_directory(f"Checkpointer(every={every})")
@@ -76,8 +81,11 @@ class Checkpointer:
 
     def step_end(self, step: int) -> bool:
         """Call after each completed step on every rank.  When the ranks agree to stop, saves and
-        exits with status 75 (never returns); else saves every `every` steps.  Returns whether it saved."""
+        exits with status 75 (never returns); else saves every `every` steps.  Returns whether it saved.
+        With ``steps``, the last step only returns (every rank knows it: no agreement to make)."""
         if not self.active:
+            return False
+        if self.steps is not None and step >= self.steps - 1:
             return False
         if stop.agree(step):
             self.save(step)

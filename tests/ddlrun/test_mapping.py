@@ -222,3 +222,30 @@ def test_stderr_relay_takes_out_exit_reports(tmp_path):
     out.close()
     assert relay.first_failure() == RankExit(1, 7)
     assert (tmp_path / "stderr").read_bytes() == b"[0] warming up\n[0] late\n" + format_report("ffffffffffffffff", 0, 9)
+
+
+def test_a_rank_the_launcher_ends_after_another_checkpointed_and_stopped_is_not_the_failure(tmp_path):
+    """Seen on the local Slurm: rank 1 exits 75 (the collective save is complete), srun's
+    --kill-on-bad-exit SIGTERMs rank 0 while it is exiting (143): the job stopped for the walltime,
+    it did not fail.  A 143 before any rank stopped is a failure, and so is any other status after."""
+    import os
+
+    from wmlce_tools.ddlrun.exitreport import RankExit, format_report
+    from wmlce_tools.ddlrun.runner import StderrRelay
+
+    def relay_of(*exits):
+        token = "00112233aabbccdd"
+        r, w = os.pipe()
+        relay = StderrRelay(os.fdopen(r, "rb"), token, fd=os.open(os.devnull, os.O_WRONLY))
+        relay.start()
+        for rank, code in exits:
+            os.write(w, format_report(token, rank, code))
+        os.close(w)
+        relay.join(timeout=10)
+        return relay
+
+    stopped = relay_of((1, 75), (0, 143))
+    assert stopped.first_failure() is None and stopped.resumable() == 2
+    assert relay_of((1, 75), (0, 137)).first_failure() is None
+    assert relay_of((0, 143), (1, 75)).first_failure() == RankExit(0, 143)
+    assert relay_of((1, 75), (0, 1)).first_failure() == RankExit(0, 1)

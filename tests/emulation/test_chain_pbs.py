@@ -8,36 +8,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
+from emulation.chaining import one_job_result, segment_files, submit_chain
 from emulation.test_pbs_scripts import job_env, records
-
-PROGRAM = Path(__file__).resolve().parents[1] / "chain" / "programs" / "resumable.py"
 
 
 def test_two_walltimes_through_qsub_with_the_scripts_own_timer(run_wml, isolated_env, tmp_path):
     env = job_env(isolated_env, tmp_path, {"PBS_DOUBLE_NODES": "2"})
-    result = tmp_path / "result.json"
-    proc = run_wml("submit", "--site", "polaris", "--nodes", "2", "--ranks-per-node", "1", "-q", "debug",
-                   "-P", "datascience", "-t", "5", "--signal-margin", "295s", "--chain", "3", "--json",
-                   str(PROGRAM), "--steps", "15", "--steps-per-walltime", "10", "--result", str(result),
-                   env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.splitlines()[-1])
+    info, result = submit_chain(run_wml, env, tmp_path, ["--site", "polaris", "--nodes", "2", "--ranks-per-node", "1",
+                                                         "-q", "debug", "-P", "datascience", "-t", "5",
+                                                         "--signal-margin", "295s"], steps=15, per_walltime=10)
     ids = [s["job_id"] for s in info["segments"]]
     assert ids == ["1.pbs-double", "2.pbs-double", "3.pbs-double"]
     states = {i: json.loads((tmp_path / "pbs-state" / f"{i}.json").read_text())["Jobs"][i] for i in ids}
     assert [states[i]["Exit_status"] for i in ids] == [75, 0, 0]
     assert [states[i].get("depend") for i in ids] == [None, "afterany:1.pbs-double", "afterany:2.pbs-double"]
-    one = tmp_path / "one.json"
-    subprocess.run([sys.executable, str(PROGRAM), "--steps", "15", "--result", str(one)], check=True, timeout=60)
-    assert json.loads(result.read_text()) == json.loads(one.read_text())
-    run = Path(info["run_dir"])
-    texts = [next((run / f"segment-{k}").glob("*.out")).read_text() for k in (1, 2, 3)]
+    assert json.loads(result.read_text()) == one_job_result(tmp_path, 15)
+    texts = segment_files(info, ".out")
     assert "segment 1 of 3 stopped for the walltime at step 10; segment 2 resumes from it" in texts[0]
     assert "has already finished" in texts[2] and "resumes" not in texts[2]      # exited at once
-    errs = next((run / "segment-1").glob("*.err")).read_text()
-    assert "wml: SIGUSR1 (this script's timer: the walltime is near)" in errs
+    assert "wml: SIGUSR1 (this script's timer: the walltime is near)" in segment_files(info, ".err")[0]
     assert len(records(tmp_path, "mpiexec-pals")) == 2        # the third segment launched nothing
 
 

@@ -34,14 +34,16 @@ def module_function_env() -> Dict[str, str]:
     return {"BASH_FUNC_module%%": f"() {{  . {shlex.quote(str(DOUBLES / 'module'))} \"$@\"\n}}"}
 
 
-def job_env(base: Dict[str, str], tmp: Path, extra: Dict[str, str]) -> Dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith(("PBS_", "PALS_", "PMI_"))}
+def job_env(base: Dict[str, str], tmp: Path, extra: Dict[str, str], tools=("pals", "pbs")) -> Dict[str, str]:
+    """The environment of wml (and its jobs) with the scheduler's doubles first on PATH: ``tools``,
+    folders of tests/emulation/doubles (pals, pbs; lsf; cobalt), then the launcher doubles."""
+    env = {k: v for k, v in base.items() if not k.startswith(("PBS_", "PALS_", "PMI_", "LSB_", "COBALT_"))}
     for var in ("BASH_ENV", "ENV", "MODULEPATH", "LOADEDMODULES"):
         env.pop(var, None)
     env.update(module_function_env())
     env.update(extra)
     # the PALS double first (it is "mpiexec"), then the PBS client doubles and the module double
-    env["PATH"] = os.pathsep.join([str(DOUBLES / "pals"), str(DOUBLES / "pbs"), str(DOUBLES),
+    env["PATH"] = os.pathsep.join([*(str(DOUBLES / t) for t in tools), str(DOUBLES),
                                    str(Path(sys.executable).parent), env.get("PATH", "")])
     env["WML_DOUBLE_LOG"] = str(tmp / "doubles.log")
     env["WML_DOUBLE_STATE"] = str(tmp / "pbs-state")

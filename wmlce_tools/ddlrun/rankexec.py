@@ -49,6 +49,7 @@ from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNAL_ENV = "WML_STOP_SIGNAL"   # ddl_runtime.checkpoint.protocol's name (not imported: this starts on every rank)
 RESEND_S = 2.0     # a chained job's stop signal is passed on again this often until the program ends
+WATCH_S = 0.05     # how soon a stop signal that came is first passed on
 
 
 class StopRelay:
@@ -62,11 +63,13 @@ class StopRelay:
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.child: Optional[subprocess.Popen] = None
-        self.came = threading.Event()
-        self.sending = False
-        signal.signal(signum, lambda *_: self.came_now())
-        if _EARLY_STOP:
-            self.came.set()
+        self.came = bool(_EARLY_STOP)
+        signal.signal(signum, self._handler)
+
+    def _handler(self, _signum, _frame) -> None:
+        # Only a flag: a handler that takes a lock (threading.Event.set, Thread.start) deadlocks
+        # when the signal comes again while the handler holds it, which the repeats make likely.
+        self.came = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Optional["StopRelay"]:
@@ -76,27 +79,20 @@ class StopRelay:
         num = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
         return cls(int(num)) if num is not None else None   # a bad name: the runtime says so on every rank
 
-    def came_now(self) -> None:
-        self.came.set()
-        self.start()
-
     def ignore_in_child(self) -> None:     # in the child, before exec
         signal.signal(self.signum, signal.SIG_IGN)
 
     def attach(self, child: subprocess.Popen) -> None:
         self.child = child
-        if self.came.is_set():
-            self.start()
-
-    def start(self) -> None:
-        if self.child is None or self.sending:
-            return
-        self.sending = True
         threading.Thread(target=self._resend, daemon=True).start()
 
     def _resend(self) -> None:
+        """Until the program ends: once the signal has come, pass it on every RESEND_S seconds."""
         child = self.child
         while child.poll() is None:
+            if not self.came:
+                time.sleep(WATCH_S)
+                continue
             try:
                 child.send_signal(self.signum)
             except OSError:

@@ -37,6 +37,7 @@ GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
 KILL_AFTER_S = 10.0
 POLL_S = 0.2
 RELAY_DRAIN_S = 10.0
+LAUNCHER_KILLED = (128 + signal.SIGTERM, 128 + signal.SIGKILL)   # a rank's status when the launcher ended it
 
 
 class StderrRelay(threading.Thread):
@@ -62,15 +63,32 @@ class StderrRelay(threading.Thread):
                 except OSError:
                     broken = True  # our stderr is gone; keep draining so the launcher never blocks
 
+    def _stop_ended(self, e: RankExit, stopped_before: bool) -> bool:
+        """Exited EXIT_RESUME, or was terminated (SIGTERM/SIGKILL) after a rank had: the checkpoint
+        is saved collectively before any rank exits EXIT_RESUME, so the others were ending too,
+        and the launcher (srun --kill-on-bad-exit) ended one still in its exit: not a failure."""
+        return e.code == EXIT_RESUME or (stopped_before and e.code in LAUNCHER_KILLED)
+
     def first_failure(self) -> Optional[RankExit]:
-        """The first rank that failed: exited neither 0 nor EXIT_RESUME (stopped for the walltime)."""
+        """The first rank that failed: exited neither 0 nor EXIT_RESUME (stopped for the walltime),
+        and was not ended by the launcher after a rank had stopped so."""
         with self._lock:
-            return next((e for e in self._exits if e.code not in (0, EXIT_RESUME)), None)
+            stopped = False
+            for e in self._exits:
+                if self._stop_ended(e, stopped):
+                    stopped = True
+                elif e.code != 0:
+                    return e
+            return None
 
     def resumable(self) -> int:
-        """How many ranks exited EXIT_RESUME."""
+        """How many ranks exited EXIT_RESUME or were ended by the launcher after one had."""
         with self._lock:
-            return sum(1 for e in self._exits if e.code == EXIT_RESUME)
+            count, stopped = 0, False
+            for e in self._exits:
+                if self._stop_ended(e, stopped):
+                    count, stopped = count + 1, True
+            return count
 
 
 def dry_run_text(plan: LaunchPlan) -> str:

@@ -15,7 +15,16 @@ when it has reached its K steps.  Exit 0 once S steps are done, rank 0 having wr
 import signal
 
 STOP = []
-signal.signal(signal.SIGUSR1, lambda *_: STOP.append(1))   # first: a signal must never kill it
+
+
+def _stop(*_):
+    STOP.append(1)
+    # taken: ignore it from now on, as ddl_runtime's handler does (the launcher repeats it until the
+    # rank ends, and Python puts back the killing default for a signal with a Python handler at exit)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+signal.signal(signal.SIGUSR1, _stop)   # first: a signal must never kill it
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -29,7 +38,7 @@ from ddl_runtime.checkpoint.protocol import (CHAIN_LENGTH_ENV, CHECKPOINT_DIR_EN
                                              LATEST_FILE, RUN_ID_ENV, SEGMENT_ENV, STOP_SIGNAL_ENV)
 
 # importing ddl_runtime.checkpoint installs the runtime's own handler: this program keeps its own
-signal.signal(signal.SIGUSR1, lambda *_: STOP.append(1))
+signal.signal(signal.SIGUSR1, signal.SIG_IGN if STOP else _stop)
 
 WAIT_FOR_SIGNAL_S = 120
 MASK = (1 << 64) - 1

@@ -1,6 +1,7 @@
 """A small torch training run with Checkpointer, as a chained job would run it (tests only).
 
     python torch_chain.py OUT --steps 40 --mode optimizer|plain|elastic [--every 5] [--slow-save-from 9]
+                          [--wait-for-stop-after N]
 
 optimizer: ddl_runtime.torch's DistributedOptimizer and Checkpointer; plain: a plain loop
 (allreduce_n of the gradients) with Checkpointer; elastic: Horovod's DistributedOptimizer and
@@ -9,7 +10,12 @@ hvd.elastic.TorchState, whose commit() each step is the chain's step boundary.
 Deterministic data order (step k's batch comes from a generator seeded with k), dropout and
 per-rank python / numpy / torch random streams, SGD with momentum (optimizer state).  Each rank
 writes OUT/pid.rank<r> (its pid and its rankexec's); rank 0 writes OUT/progress (the last step
-done) and, at the end, OUT/final.pt (the weights) and prints FINAL <sha256 of the weights>.
+done) and, at the end, OUT/final.pt (the weights) and OUT/final.sha256, and prints FINAL <sha256 of the weights>.
+
+--wait-for-stop-after N (in a chained job): after the segment's first N steps each rank waits until
+the stop signal has reached it (at most 120 s, then exit 3) before the next step, as if that step
+took the rest of the walltime; so each segment's stop is agreed at its step N+1 whatever the
+machine's speed.  Rank 0 writes OUT/waiting-seg<k> (segment k) when it starts waiting.
 """
 import argparse
 import hashlib
@@ -50,6 +56,19 @@ class Extra:
         self.step = state["step"]
 
 
+def wait_for_stop(rank: int, out: Path) -> None:
+    import ddl_runtime.checkpoint as checkpoint
+
+    if rank == 0:
+        (out / f"waiting-seg{os.environ.get('WML_CHAIN_SEGMENT', '0')}").write_text("")
+    deadline = time.monotonic() + 120
+    while not checkpoint.requested():
+        if time.monotonic() > deadline:
+            print(f"rank {rank}: no stop signal within 120 s", flush=True)
+            raise SystemExit(3)
+        time.sleep(0.01)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -58,6 +77,7 @@ def main() -> int:
     p.add_argument("--every", type=int, default=None)
     p.add_argument("--slow-save-from", type=int, default=None)
     p.add_argument("--step-seconds", type=float, default=0.02)
+    p.add_argument("--wait-for-stop-after", type=int, default=None)
     args = p.parse_args()
     out = Path(args.out)
     ddl.init()
@@ -108,15 +128,20 @@ def main() -> int:
         train(state)
     else:
         extra = Extra(args.slow_save_from)
-        ckpt = ddl.Checkpointer(model, opt, every=args.every, extra=extra)  # the addition, line 1
-        for step in range(ckpt.restore(), args.steps):                      # ... and 2
+        ckpt = ddl.Checkpointer(model, opt, every=args.every, steps=args.steps, extra=extra)  # the addition, line 1
+        first = ckpt.restore()
+        for step in range(first, args.steps):                               # ... and 2
+            if args.wait_for_stop_after is not None and ckpt.active and step == first + args.wait_for_stop_after:
+                wait_for_stop(r, out)
             train_step(step)
             extra.step = step
             ckpt.step_end(step)                                             # ... and 3
     if r == 0:
         weights = torch.cat([v.reshape(-1) for v in model.state_dict().values()])
         torch.save(model.state_dict(), out / "final.pt")
-        print("FINAL", hashlib.sha256(weights.numpy().tobytes()).hexdigest(), flush=True)
+        digest = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
+        (out / "final.sha256").write_text(digest)
+        print("FINAL", digest, flush=True)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from typing import Dict, List, NoReturn, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULER_PREFIXES = ("COBALT_", "LSB_", "LSF_", "PBS_", "SLURM_")
+FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Usage(Exception):
@@ -104,6 +106,12 @@ def run_ranks(tool: str, ranks: List[dict], program: List[str], extra_env: Dict[
     with tempfile.TemporaryDirectory(prefix=f"{tool}-double-") as status_dir:
         spec = json.dumps({"ranks": ranks, "env": {**hidden, **extra_env}, "status_dir": status_dir})
         argv = [mpiexec, "-n", str(len(ranks)), sys.executable, os.path.join(HERE, "_rank.py"), spec, "--", *program]
+        # aprun and jsrun pass the job's signals on to the application (ALPS: SIGHUP, SIGINT, SIGQUIT,
+        # SIGTERM, SIGUSR1, SIGUSR2) rather than dying of them.  Here mpiexec shares this double's
+        # process group, where ddlrun sends them, so it gets them already: the double only survives
+        # them (a handler, not SIG_IGN, which mpiexec would inherit).
+        for sig in FORWARDED:
+            signal.signal(sig, lambda *_: None)
         proc = subprocess.run(argv, env=env)
         # the first rank that failed (the others may have been killed by mpiexec after it)
         written = sorted((os.stat(os.path.join(status_dir, n)).st_mtime_ns, n) for n in os.listdir(status_dir)
