@@ -27,7 +27,9 @@ SUBSET = "error or grad_cpu or _op or elastic or partial or object"
 
 def _summary(out: str, rank: int) -> dict:
     """Counts from rank `rank`'s pytest summary line ('12 passed, 3 skipped, 4 subtests passed in ...')."""
-    lines = [ln for ln in out.splitlines() if ln.startswith(f"[{rank}] ") and " in " in ln and "=" in ln]
+    # pytest -q prints it bare ('40 passed in 9.9s') or framed in '=' (with -v or a short summary)
+    summary = re.compile(rf"^\[{rank}\] [= ]*\d+ (passed|failed|errors?|skipped|deselected)\b.* in [\d.]+s")
+    lines = [ln for ln in out.splitlines() if summary.match(ln)]
     assert lines, f"rank {rank} printed no pytest summary:\n{out[-4000:]}"
     return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", lines[-1])}
 
