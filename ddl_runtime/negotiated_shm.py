@@ -37,7 +37,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels
-from .buffers import TensorRef
+from .buffers import TensorRef, _dtype_name
 from .errors import DDLError
 from .negotiation import SLOT_BYTES
 from .ops import _cut
@@ -105,10 +105,10 @@ class NegotiatedShm:
         else:  # the wide sums, then kernels.finished as on the MPI path
             dsts = [np.empty(n, dtype=wide) for n in counts]
             scale = None
-        refs = [TensorRef(None, name, src.dtype.name if not plain else dtype.name, (n,), src, "numpy")
+        refs = [TensorRef(None, name, _dtype_name(src.dtype if not plain else dtype), (n,), src, "numpy")
                 for name, src, n in zip(names, srcs, counts)]
         ufunc = OPS[op]
-        stamp = digest(("negotiated allreduce", op, dtype.name, tuple(names), tuple(counts)))
+        stamp = digest(("negotiated allreduce", op, _dtype_name(dtype), tuple(names), tuple(counts)))
         sums = self._reduce(refs, dsts, ufunc, scale, stamp)
         if sums is None:
             return None

@@ -362,7 +362,7 @@ class Controller:
             else:  # a joined rank contributes zeros
                 inputs.append(None)
                 outputs.append(None)
-        if self.shm is not None and self.shm.takes(dtype.name, op):
+        if self.shm is not None and self.shm.takes(key[0], op):
             # a transfer that runs (blocking, in shared memory) when first tested outside a submit;
             # transfers are tested in the order posted, i.e. in table order, alike on every rank
             self._track(_ShmFlight(self, group, handles, (inputs, outputs, dtype, counts, names, op, prescale,
