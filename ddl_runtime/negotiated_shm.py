@@ -37,12 +37,14 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels
-from .buffers import TensorRef
+from .buffers import TensorRef, _dtype_name
 from .errors import DDLError
 from .negotiation import SLOT_BYTES
 from .ops import _cut
 from .output_pool import RESULTS
-from .shm import ALIGN, ShmGroup
+from .output_pool import aligned_bytes
+from .response_cache import CARRY_BYTES
+from .shm import ALIGN, UFUNCS, ShmGroup, sum_in_rank_order
 from .signature import digest
 
 OPS = {"sum": "sum", "average": "sum", "min": "min", "max": "max"}  # Horovod's op -> shm.py's ufunc
@@ -57,7 +59,8 @@ class NegotiatedShm:
         self.controller = controller
         self.group = ShmGroup(rt.shm.comm.Dup(), rt.watchdog, rt.engine.oversubscribed)
         self.group.idle = self._check_peers
-        self.rounds = SlotExchange(self.group.comm, SLOT_BYTES)
+        self.rounds = SlotExchange(self.group.comm, SLOT_BYTES, CARRY_BYTES)
+        self.scratch = aligned_bytes(CARRY_BYTES)  # a cached allreduce's combined rows
         self.running = ""  # the op this rank is executing (for the abort message)
 
     @staticmethod
@@ -105,10 +108,10 @@ class NegotiatedShm:
         else:  # the wide sums, then kernels.finished as on the MPI path
             dsts = [np.empty(n, dtype=wide) for n in counts]
             scale = None
-        refs = [TensorRef(None, name, src.dtype.name if not plain else dtype.name, (n,), src, "numpy")
+        refs = [TensorRef(None, name, _dtype_name(src.dtype if not plain else dtype), (n,), src, "numpy")
                 for name, src, n in zip(names, srcs, counts)]
         ufunc = OPS[op]
-        stamp = digest(("negotiated allreduce", op, dtype.name, tuple(names), tuple(counts)))
+        stamp = digest(("negotiated allreduce", op, _dtype_name(dtype), tuple(names), tuple(counts)))
         sums = self._reduce(refs, dsts, ufunc, scale, stamp)
         if sums is None:
             return None
@@ -118,6 +121,36 @@ class NegotiatedShm:
         for s, o, n in zip(sums, outputs, counts):
             out = RESULTS.take((n,), dtype) if o is None else o.reshape(-1)
             kernels.finished(s, size if op == "average" else 1, postscale, out)
+            results.append(out)
+        return results
+
+    # -- cached small allreduces: the data in the round (response_cache.py) -------------------
+    @staticmethod
+    def pack(inputs: Sequence[np.ndarray], carry: tuple, into: np.ndarray) -> None:
+        """Copy a cached allreduce's inputs into its place in this rank's next round row."""
+        dtype, counts, _ = carry
+        np.concatenate([a.reshape(-1) for a in inputs], out=into[:sum(counts) * dtype.itemsize].view(dtype))
+
+    def reduce_carried(self, carry: tuple, offsets: Sequence[int], op: str,
+                       outputs: Sequence[Optional[np.ndarray]]) -> List[np.ndarray]:
+        """Combine every rank's packed copy (at `offsets` in its row of the round just completed)
+        in rank order into `outputs` (None: memory picked here); returns the flat results."""
+        dtype, counts, _ = carry
+        nbytes = sum(counts) * dtype.itemsize
+        rows = self.rounds.data_rows()
+        packed = [rows[r][o:o + nbytes].view(dtype) for r, o in enumerate(offsets)]
+        total = self.scratch[:nbytes].view(dtype)
+        sum_in_rank_order(UFUNCS[OPS[op]], packed, total)
+        divisor = np.array(self.group.size, dtype=dtype) if op == "average" else None
+        results, at = [], 0
+        for n, out in zip(counts, outputs):
+            out = RESULTS.take((n,), dtype) if out is None else out.reshape(-1)
+            part = total[at:at + n]
+            at += n
+            if divisor is None:
+                np.copyto(out, part)
+            else:
+                np.divide(part, divisor, out=out)
             results.append(out)
         return results
 
@@ -164,18 +197,29 @@ class SlotExchange:
     A rank writes the row of round e+2 only after completing e+1, which every peer started only
     after completing (and copying) round e.  Non-blocking, like the MPI request it replaces."""
 
-    def __init__(self, comm, slot_bytes: int) -> None:  # collective over comm
+    def __init__(self, comm, slot_bytes: int, data_bytes: int) -> None:  # collective over comm
         self.slot_bytes = slot_bytes
         self.rank = comm.Get_rank()
-        self.win = MPI.Win.Allocate_shared(ALIGN + 2 * slot_bytes, 1, comm=comm)
+        self.win = MPI.Win.Allocate_shared(ALIGN + 2 * (slot_bytes + data_bytes), 1, comm=comm)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         parts = [ShmGroup._query(self.win, r, np.uint8) for r in range(comm.Get_size())]
         self.rounds = [p[:8].view(np.int64) for p in parts]
         self.rows = [(p[ALIGN:ALIGN + slot_bytes], p[ALIGN + slot_bytes:ALIGN + 2 * slot_bytes]) for p in parts]
+        at = ALIGN + 2 * slot_bytes  # a data row per parity after the slots (ALIGN-aligned: slot_bytes is)
+        self.data = [(p[at:at + data_bytes], p[at + data_bytes:at + 2 * data_bytes]) for p in parts]
         self.rounds[self.rank][0] = 0
         self.round = 0
         self.win.Sync()
         comm.Barrier()
+
+    def next_data(self) -> np.ndarray:
+        """This rank's data row for the next round (written before `start`)."""
+        return self.data[self.rank][(self.round + 1) & 1]
+
+    def data_rows(self) -> List[np.ndarray]:
+        """Every rank's data row of the last round (read after it completed, before the next `start`)."""
+        half = self.round & 1
+        return [d[half] for d in self.data]
 
     def start(self, slot: np.ndarray, slots: np.ndarray) -> "_Round":
         self.round = e = self.round + 1
@@ -185,7 +229,7 @@ class SlotExchange:
         return _Round(self, e, slots)
 
     def free(self) -> None:
-        self.rows, self.rounds = [], []
+        self.rows, self.rounds, self.data = [], [], []
         self.win.Unlock_all()
         self.win.Free()
 

@@ -32,11 +32,13 @@ from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
 from .output_pool import RESULTS
+from .response_cache import PER_ROUND, ResponseCache
 
 if TYPE_CHECKING:
     from .negotiated_shm import NegotiatedShm
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
+HEADER = 16  # a slot: pickled bytes, cached ids (int64 each), then the pickled descriptors
 YIELD_AFTER_S = 50e-6
 REFUSAL_FLUSH_S = 1.0
 REFUSAL_SETTLE_S = 0.5  # how long a refusal waits for the peers' side of the name before returning  # at shutdown, how long a pending refusal may wait for its round to complete
@@ -119,6 +121,7 @@ class Controller:
         self._round_state: Optional[tuple] = None   # (phase, request, buffers...)
         self.in_flight: List[Tuple[kernels.InFlight, List[Handle]]] = []
         self.noname: Dict[str, int] = {}
+        self.cache = ResponseCache()  # descriptors that ran: announced by id (response_cache.py)
         self.closed = False
         self.broken: Optional[str] = None  # why no collective of this set can complete any more
         self.lock = threading.RLock()
@@ -195,14 +198,33 @@ class Controller:
                    for h in self.local.values())
 
     def _start_round(self) -> None:
-        """Post this round's allgather: a fixed slot per rank (length + descriptors when they fit)."""
-        news = [h.request.descriptor() for h in self.unannounced]
+        """Post this round's allgather: a fixed slot per rank (the cached requests' ids, the others'
+        descriptors when they fit; on one host the cached small allreduces' data beside it)."""
+        news, ids, at = [], [], 0
+        data = self.shm.rounds.next_data() if self.shm is not None else None
+        cache = self.cache
+        for h in self.unannounced:
+            req = h.request
+            desc = req.descriptor()
+            cid = cache.ids.get(desc)
+            if cid is None or len(ids) == PER_ROUND:
+                news.append(desc)
+                continue
+            carry = cache.carries[cid]
+            if data is not None and carry is not None and at + carry[2] <= len(data):
+                self.shm.pack(req.inputs, carry, data[at:])
+                at += carry[2]
+                ids.append(2 * cid + 1)
+            else:
+                ids.append(2 * cid)
         self.unannounced = []
-        payload = pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL) if news else b""
         slot = np.zeros(SLOT_BYTES, dtype=np.uint8)
-        slot[:8].view(np.int64)[0] = len(payload)
-        if len(payload) <= SLOT_BYTES - 8:
-            slot[8:8 + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+        head = slot[:HEADER + 8 * len(ids)].view(np.int64)
+        head[0], head[1] = len(payload), len(ids)
+        head[2:] = ids
+        if head.nbytes + len(payload) <= SLOT_BYTES:
+            slot[head.nbytes:head.nbytes + len(payload)] = np.frombuffer(payload, dtype=np.uint8)
         slots = np.empty((self.size, SLOT_BYTES), dtype=np.uint8)
         if self.shm is not None:  # one host: the same exchange through shared memory
             req = self.shm.rounds.start(slot, slots)
@@ -216,8 +238,9 @@ class Controller:
             _, req, payload, slots, _ = state
             if not req.Test():
                 return False
-            lengths = [int(slots[r, :8].view(np.int64)[0]) for r in range(self.size)]
-            spilled = [n if n > SLOT_BYTES - 8 else 0 for n in lengths]
+            heads = [slots[r, :HEADER].view(np.int64) for r in range(self.size)]
+            lengths = [int(h[0]) for h in heads]
+            spilled = [n if HEADER + 8 * int(h[1]) + n > SLOT_BYTES else 0 for n, h in zip(lengths, heads)]
             req, gathered = MPI.REQUEST_NULL, None
             if any(spilled):  # every rank sees the same lengths, so all take this branch together
                 gathered = np.empty(sum(spilled), dtype=np.uint8)
@@ -231,16 +254,64 @@ class Controller:
         self._round_state = None
         self.round += 1
         offset = 0
+        cached = []
         for r in range(self.size):
+            n_ids = int(slots[r, 8:16].view(np.int64)[0])
+            start = HEADER + 8 * n_ids
+            cached.append(slots[r, HEADER:start].view(np.int64).tolist())
             if spilled[r]:
                 raw = gathered[offset:offset + spilled[r]].tobytes()
                 offset += spilled[r]
+            elif lengths[r]:
+                raw = slots[r, start:start + lengths[r]].tobytes()
             else:
-                raw = slots[r, 8:8 + lengths[r]].tobytes()
+                continue
             for desc in pickle.loads(raw):
                 self._announce(r, desc)
+        if any(cached):
+            self._announce_cached(cached)
         self._run_ready()
         return True
+
+    def _announce_cached(self, cached: List[List[int]]) -> None:
+        """The round's cached announcements: an allreduce that every rank announced here with its
+        data (no rank joined) is reduced from the round's rows at once; the rest join the table."""
+        descs = self.cache.descs
+        where: Dict[int, List[Optional[int]]] = {}  # cache id -> each rank's data offset (None: no data)
+        for r, ids in enumerate(cached):
+            at = 0
+            for v in ids:
+                cid = v >> 1
+                offsets = where.setdefault(cid, [None] * self.size)
+                if v & 1:
+                    offsets[r] = at
+                    at += self.cache.carries[cid][2]
+        for r, ids in enumerate(cached):
+            for v in ids:
+                cid = v >> 1
+                offsets = where[cid]
+                desc = descs[cid]
+                if None in offsets or self.joined or f"allreduce.{desc[1]}" in self.table:
+                    self._announce(r, desc)
+                elif r == 0:  # every rank has it in flight
+                    self._run_carried(desc, self.cache.carries[cid], offsets)
+
+    def _run_carried(self, desc: tuple, carry: tuple, offsets: List[int]) -> None:
+        handle = self.local.get(f"allreduce.{desc[1]}")
+        if handle is None:  # this rank gave up waiting for it (stall shutdown) after announcing it
+            return
+        self._negotiated(handle)
+        t0 = time.perf_counter()
+        req = handle.request
+        results = self.shm.reduce_carried(carry, offsets, desc[2][0], req.outputs)
+        for i, (result, (_, _, shape)) in enumerate(zip(results, desc[3])):
+            if req.outputs[i] is None:
+                req.outputs[i] = result.reshape(shape)
+        tl = self.timeline
+        if tl is not None and tl.enabled:
+            tl.span("ALLREDUCE", 3, t0, time.perf_counter(), {"tensors": ",".join(t[0] for t in desc[3][:8]),
+                                                              "process_set": self.set_id, "algorithm": "cached"})
+        self._complete(handle)
 
     def _announce(self, r: int, desc: tuple) -> None:
         kind, key = desc[0], f"{desc[0]}.{desc[1]}"
@@ -295,6 +366,8 @@ class Controller:
                     self._complete(handle)
                 continue
             if kind == "allreduce":
+                if len(entry.descs) == self.size and all(d == desc for d in entry.descs.values()):
+                    self.cache.learn(desc)
                 for i, tensor in enumerate(desc[3]):  # fused per dtype (a group may mix dtypes)
                     key = (tensor[1], desc[2])
                     group = fused.setdefault(key, [])
@@ -363,7 +436,7 @@ class Controller:
             else:  # a joined rank contributes zeros
                 inputs.append(None)
                 outputs.append(None)
-        if self.shm is not None and self.shm.takes(dtype.name, op):
+        if self.shm is not None and self.shm.takes(key[0], op):
             # a transfer that runs (blocking, in shared memory) when first tested outside a submit;
             # transfers are tested in the order posted, i.e. in table order, alike on every rank
             self._track(_ShmFlight(self, group, handles, (inputs, outputs, dtype, counts, names, op, prescale,

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .buffers import TensorRef
+from .buffers import TensorRef, _dtype_name
 from .output_pool import ALIGN, packed_layout
 from .shm_heap import PIECE_BYTES, UFUNCS
 from .timeline import TID_HOST, TID_MPI
@@ -67,7 +67,7 @@ class SharedResults:
         if not refs:
             return None
         dtype = refs[0].flat.dtype
-        if dtype.name not in DTYPES or refs[0].widened:
+        if _dtype_name(dtype) not in DTYPES or refs[0].widened:
             return None
         nbytes = 0
         for r in refs:

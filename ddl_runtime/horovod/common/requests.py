@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...buffers import _dtype_name
 from ...errors import DDLInputError
 from ...negotiation import Handle, Request
 from .process_sets import controller_for
@@ -20,7 +21,7 @@ def submit(kind: str, name: Optional[str], params: tuple, inputs: Sequence[np.nd
     ctl = controller_for(process_set, what)
     base = str(name) if name is not None else ctl.auto_name(kind)
     names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
-    entries = [(n, a.dtype.name, tuple(a.shape)) for n, a in zip(names, inputs)]
+    entries = [(n, _dtype_name(a.dtype), a.shape) for n, a in zip(names, inputs)]
     return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra))
 
 

@@ -66,26 +66,27 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
         if h.dtype == torch.bfloat16:
             h = h.float()
         src = _np(h)
-        if target is not None and target.device.type == "cpu" and target.is_contiguous() \
-                and target.dtype != torch.bfloat16:
+        if target is None:
+            out = None  # the engine picks the memory: a pooled buffer or a shared result region, reused
+        elif target.device.type == "cpu" and target.is_contiguous() and target.dtype != torch.bfloat16:
             out = target  # written in place by the reduction
         else:
             out = torch.empty(h.shape, dtype=h.dtype)
         inputs.append(src)
-        outs.append(_np(out))
+        outs.append(None if out is None else _np(out))
         copy_back.append((out, target, t))
     handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
                      group=group)
 
-    def finish(_h: Handle) -> List[torch.Tensor]:
+    def finish(h: Handle) -> List[torch.Tensor]:
         results = []
-        for out, target, orig in copy_back:
+        for i, (out, target, orig) in enumerate(copy_back):
             if target is not None:
                 if out is not target:
                     target.copy_(out)
                 results.append(target)
-            else:
-                results.append(out.to(device=orig.device, dtype=orig.dtype))
+            else:  # the engine's memory, reused once this tensor (and every view of it) is gone
+                results.append(torch.from_numpy(h.request.outputs[i]).to(device=orig.device, dtype=orig.dtype))
         return results
     return handle, finish
 

@@ -1,0 +1,140 @@
+"""The response cache (ddl_runtime/response_cache.py): requests that ran before are announced by
+id, small allreduces with their data in the round (one host).  Names are reused step after step,
+so from the second step on the cached path runs; every guarantee of the table path must hold.
+
+1. Results: sum / average / min / max, float and int, grouped, fresh and in place: a repeat is
+   carried and bit-equal to the first call (the table path); submitted asynchronously in a
+   different order on each rank, every result right.
+2. A cached name whose shape changes on one rank: DDLMismatchError on every rank, one line.
+3. A cached name that one rank refuses (a bad input there): every rank fails with its message.
+4. A rank joins while the others run a cached allreduce: it contributes zeros.
+Argument "mpi" (DDL_EMULATE_NODES=2): no shared memory, ids in the MPI rounds, nothing carried.
+"""
+import sys
+
+import numpy as np
+import torch
+
+import ddl_runtime.horovod.torch as hvd
+from ddl_runtime.errors import DDLMismatchError
+from ddl_runtime.horovod.common.process_sets import controller_for
+
+failures = 0
+
+
+def report(name, ok, why=""):
+    global failures
+    failures += not ok
+    print(f"OK {name}" if ok else f"FAIL {name}: {why}", flush=True)
+
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+CARRY = sys.argv[1:] != ["mpi"]
+ctl = controller_for(hvd.global_process_set, "test")
+carried = 0
+_run = ctl._run_carried
+
+
+def counting(*a):
+    global carried
+    carried += 1
+    return _run(*a)
+
+
+ctl._run_carried = counting
+
+
+def inputs(r, step):
+    """Rank r's inputs at `step` (any rank can compute every rank's)."""
+    g = torch.Generator().manual_seed(1000 * step + r)
+    return {"f": (torch.rand(300, generator=g, dtype=torch.float64) * 10).float(),
+            "i": torch.randint(-50, 50, (17,), generator=g, dtype=torch.int64),
+            "g": [torch.rand(33, generator=g), torch.rand(2, 5, generator=g)]}
+
+
+def requests(step):
+    """(name, submit, expected) for this rank at `step`."""
+    mine, every = inputs(R, step), [inputs(r, step) for r in range(N)]
+    fsum = sum(e["f"] for e in every)
+    isum = sum(e["i"] for e in every)
+    imin = torch.stack([e["i"] for e in every]).min(0).values
+    imax = torch.stack([e["i"] for e in every]).max(0).values
+    gavg = [sum(e["g"][k] for e in every) / N for k in range(2)]
+    inplace = mine["f"].clone()
+    return [
+        ("sum", lambda: hvd.allreduce_async(mine["f"], op=hvd.Sum, name="c.sum"), [fsum]),
+        ("avg", lambda: hvd.allreduce_async(mine["f"], op=hvd.Average, name="c.avg"), [fsum / N]),
+        ("min", lambda: hvd.allreduce_async(mine["i"], op=hvd.Min, name="c.min"), [imin]),
+        ("max", lambda: hvd.allreduce_async(mine["i"], op=hvd.Max, name="c.max"), [imax]),
+        ("isum", lambda: hvd.allreduce_async(mine["i"], op=hvd.Sum, name="c.isum"), [isum]),
+        ("inplace", lambda: hvd.allreduce_async_(inplace, op=hvd.Average, name="c.inplace"), [fsum / N]),
+        ("grouped", lambda: hvd.grouped_allreduce_async(mine["g"], op=hvd.Average, name="c.grouped"), gavg),
+    ]
+
+
+def as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+def close(got, want):
+    return all(a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=0)
+               for a, b in zip(as_list(got), want))
+
+
+# 1a. one request at a time, three times: the first through the table, then from the round's data
+for name, submit, want in requests(0):
+    before = carried
+    first, _, third = [hvd.synchronize(submit()) for _ in range(3)]
+    same = all(torch.equal(a, b) for a, b in zip(as_list(first), as_list(third)))
+    report(f"carried_{name}", carried - before == (2 if CARRY else 0), f"{carried - before} of the repeats carried")
+    report(f"bits_equal_table_path_{name}", same and close(first, want), f"{first} {third} {want}")
+
+# 1b. async, every rank in its own order: some rounds carry, some go through the table
+for step in range(1, 6):
+    reqs = requests(step)
+    order = reqs[R % len(reqs):] + reqs[:R % len(reqs)] if step % 2 else list(reversed(reqs))
+    handles = {name: submit() for name, submit, _ in order}
+    bad = [name for name, _, want in reqs if not close(hvd.synchronize(handles[name]), want)]
+    report(f"any_order_{step}", not bad, f"wrong: {bad}")
+
+# 2. a cached name, the shape changed on the last rank
+x = torch.ones(8)
+for _ in range(3):
+    hvd.allreduce(x, op=hvd.Sum, name="c.shape")
+try:
+    hvd.allreduce(torch.ones(9 if R == N - 1 else 8), op=hvd.Sum, name="c.shape")
+    report("cached_mismatch", False, "no error")
+except DDLMismatchError as exc:
+    text = str(exc)
+    report("cached_mismatch", "c.shape" in text and f"rank {N - 1}: [9]" in text and "\n" not in text, text)
+
+# 3. a cached name one rank refuses
+for _ in range(3):
+    hvd.allreduce(x, op=hvd.Sum, name="c.refused")
+try:
+    if R == N - 1:
+        ctl.refuse("allreduce", "c.refused", "a bad input here")
+        hvd.barrier()
+        report("cached_refusal", True)
+    else:
+        hvd.allreduce(x, op=hvd.Sum, name="c.refused")
+        report("cached_refusal", False, "no error")
+except DDLMismatchError as exc:
+    hvd.barrier()
+    report("cached_refusal", f"rank {N - 1} refused its input: a bad input here" in str(exc), str(exc))
+
+# 4. the last rank joins while the others run a cached allreduce
+for step in range(3):
+    y = torch.full((5,), float(R + 1))
+    if R == N - 1 and step == 2:
+        hvd.join()
+    else:
+        r = hvd.allreduce(y, op=hvd.Sum, name="c.join")
+        want = N * (N + 1) / 2 - (N if step == 2 else 0)
+        report(f"join_zeros_{step}", torch.all(r == want).item(), f"{r} != {want}")
+        if step == 2:
+            hvd.join()
+hvd.shutdown()
+print("DONE", flush=True)
+sys.exit(1 if failures else 0)

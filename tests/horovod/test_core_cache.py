@@ -1,0 +1,16 @@
+"""The response cache: cached requests announced by id, small allreduces' data in the round."""
+import pytest
+
+STALL = {"DDL_STALL_SHUTDOWN_S": "30"}  # a hang fails in 30 s
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_cached_requests_keep_every_guarantee(hvd_run, n):
+    """Repeats are carried in the round and bit-equal to the table path; any submit order; a shape
+    change, a refusal of a cached name, a joined rank: as on the table path."""
+    hvd_run(n, "core_cache.py", env=STALL).assert_ok(n, expected_checks=23)
+
+
+def test_cached_ids_on_the_mpi_rounds(hvd_run):
+    """DDL_EMULATE_NODES=2: no shared memory; ids in the MPI rounds, nothing carried."""
+    hvd_run(2, "core_cache.py", "mpi", env={**STALL, "DDL_EMULATE_NODES": "2"}).assert_ok(2, expected_checks=23)
