@@ -20,7 +20,8 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from ..errors import DDLInputError
-from . import saving, stop
+from . import saving
+from .boundary import StepBoundary
 from . import variables as _vars
 
 FRAMEWORK = "tensorflow"
@@ -47,21 +48,24 @@ def _variables(obj: Any) -> Optional[list]:
     return None
 
 
-class Checkpointer:
+class Checkpointer(StepBoundary):
     """Saves and restores a TensorFlow training run at step boundaries (see the module docstring).
 
     Without a checkpoint directory ($WML_CHECKPOINT_DIR, or checkpoint.configure(directory=...))
-    it does nothing: the same script runs in one job unchanged.
+    it does nothing: the same script runs in one job unchanged.  ``every`` and ``steps`` as for
+    torch's Checkpointer: also save every that many steps (a crash loses at most that many); the
+    run's number of steps, so that its last step finishes the run even when a stop was asked for.
     """
 
-    def __init__(self, model: Any, optimizer: Any = None, **objects: Any) -> None:
+    def __init__(self, model: Any, optimizer: Any = None, every: Optional[int] = None,
+                 steps: Optional[int] = None, **objects: Any) -> None:
         everything = {"model": model, **({"optimizer": optimizer} if optimizer is not None else {}), **objects}
         for name, obj in everything.items():
             if _variables(obj) is None:
                 raise DDLInputError(f"Checkpointer: {name}={type(obj).__name__} holds no variables (expected a "
                                     "Keras model, layer or optimizer, a tf.Module or a tf.Variable)")
         self.objects = everything
-        self.active = saving.directory() is not None
+        self._boundary(every, steps)
         self.restored_step: Optional[int] = None
 
     def _shared(self) -> _vars.Named:
@@ -117,10 +121,3 @@ class Checkpointer:
         state = {"framework": FRAMEWORK, "shared": _vars.values(self._shared()),
                  "per_rank": _vars.per_rank(_vars.values(self._own()))}
         return saving.save(state, step, framework=FRAMEWORK)
-
-    def step_end(self, step: int) -> None:
-        """Call after each completed step on every rank.  When the ranks agree to stop, saves and
-        exits with status 75 (never returns)."""
-        if self.active and stop.agree(step):
-            self.save(step)
-            saving.exit_resume()

@@ -18,12 +18,13 @@ from typing import Any, Optional
 import torch
 
 from ..errors import DDLInputError
-from . import saving, stop
+from . import saving
+from .boundary import StepBoundary
 
 FRAMEWORK = "torch"
 
 
-class Checkpointer:
+class Checkpointer(StepBoundary):
     """Saves and restores a torch training run at step boundaries (see the module docstring).
 
     Without a checkpoint directory ($WML_CHECKPOINT_DIR, or checkpoint.configure(directory=...))
@@ -43,14 +44,8 @@ class Checkpointer:
         for name, obj in objects.items():
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 raise DDLInputError(f"Checkpointer: {name}={type(obj).__name__} has no state_dict()/load_state_dict()")
-        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-            raise DDLInputError(f"Checkpointer: every={every!r} must be a positive number of steps")
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-            raise DDLInputError(f"Checkpointer: steps={steps!r} must be the run's positive number of steps")
-        self.model, self.optimizer, self.every, self.steps, self.objects = model, optimizer, every, steps, objects
-        self.active = saving.directory() is not None
-        if every is not None and not self.active:
-            saving.require_directory(f"Checkpointer(every={every})")
+        self._boundary(every, steps)
+        self.model, self.optimizer, self.objects = model, optimizer, objects
         self.restored_step: Optional[int] = None
 
     def state(self) -> dict:
@@ -78,19 +73,3 @@ class Checkpointer:
     def save(self, step: int):
         """Collective: save now as the checkpoint of `step` (a completed step)."""
         return saving.save(self.state(), step, framework=FRAMEWORK)
-
-    def step_end(self, step: int) -> bool:
-        """Call after each completed step on every rank.  When the ranks agree to stop, saves and
-        exits with status 75 (never returns); else saves every `every` steps.  Returns whether it saved.
-        With ``steps``, the last step only returns (every rank knows it: no agreement to make)."""
-        if not self.active:
-            return False
-        if self.steps is not None and step >= self.steps - 1:
-            return False
-        if stop.agree(step):
-            self.save(step)
-            saving.exit_resume()
-        if self.every and (step + 1) % self.every == 0:
-            self.save(step)
-            return True
-        return False

@@ -83,7 +83,8 @@ def loop(name, walltime, stop_at=None):
     x, y = data()
     model, opt = build(name)
     noise = tf.random.Generator.from_seed(7 + rank)
-    ckpt = ddl_tf.Checkpointer(model, opt, noise=noise) if walltime else None
+    per_epoch = PER_RANK // BATCH
+    ckpt = ddl_tf.Checkpointer(model, opt, steps=per_epoch * EPOCHS, noise=noise) if walltime else None
     start = ckpt.restore() if ckpt else 0
     ddl_tf.broadcast_variables(model.weights, root_rank=0)
     loss_fn = keras.losses.CategoricalCrossentropy()
@@ -96,7 +97,6 @@ def loop(name, walltime, stop_at=None):
         grads = ddl_tf.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
-    per_epoch = PER_RANK // BATCH
     for s in range(start, per_epoch * EPOCHS):
         order = np.random.RandomState(1000 * rank + s // per_epoch).permutation(PER_RANK)  # fixed per epoch
         rows = order[(s % per_epoch) * BATCH:(s % per_epoch + 1) * BATCH]

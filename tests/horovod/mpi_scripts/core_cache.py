@@ -12,20 +12,13 @@ Argument "mpi" (DDL_EMULATE_NODES=2): no shared memory, ids in the MPI rounds, n
 """
 import sys
 
-import numpy as np
 import torch
 
 import ddl_runtime.horovod.torch as hvd
 from ddl_runtime.errors import DDLMismatchError
 from ddl_runtime.horovod.common.process_sets import controller_for
 
-failures = 0
-
-
-def report(name, ok, why=""):
-    global failures
-    failures += not ok
-    print(f"OK {name}" if ok else f"FAIL {name}: {why}", flush=True)
+from checks import done, report
 
 
 hvd.init()
@@ -136,5 +129,4 @@ for step in range(3):
         if step == 2:
             hvd.join()
 hvd.shutdown()
-print("DONE", flush=True)
-sys.exit(1 if failures else 0)
+done()

@@ -1,5 +1,4 @@
 """Errors Horovod reports, raised on every rank with one line naming the tensor and the ranks (2+ ranks)."""
-import sys
 import time
 
 import torch
@@ -7,13 +6,7 @@ import torch
 import ddl_runtime.horovod.torch as hvd
 from ddl_runtime.errors import DDLMismatchError
 
-failures = 0
-
-
-def report(name, ok, why=""):
-    global failures
-    failures += not ok
-    print(f"OK {name}" if ok else f"FAIL {name}: {why}", flush=True)
+from checks import done, report
 
 
 def expect(name, exc_types, fn, *needles):
@@ -84,5 +77,4 @@ if R % 2 == 0:
            f"rank {R} is not in process set")
 hvd.remove_process_set(odd)
 report("usable_after_errors", torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N))))
-print("DONE", flush=True)
-sys.exit(1 if failures else 0)
+done()

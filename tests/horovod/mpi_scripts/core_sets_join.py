@@ -1,18 +1,11 @@
 """Process sets (collectives among a subset, registered at init or later) and join (2+ ranks)."""
-import sys
 import time
 
 import torch
 
 import ddl_runtime.horovod.torch as hvd
 
-failures = 0
-
-
-def report(name, ok, why=""):
-    global failures
-    failures += not ok
-    print(f"OK {name}" if ok else f"FAIL {name}: {why}", flush=True)
+from checks import done, report
 
 
 first = hvd.ProcessSet([0])
@@ -64,5 +57,4 @@ for step in range(2):
         ret = hvd.join()
     everyone = hvd.allgather(torch.tensor([ret]))
     report(f"join_returns_last_{step}", ret != last and everyone.tolist() == [ret] * N, f"{ret} {everyone.tolist()}")
-print("DONE", flush=True)
-sys.exit(1 if failures else 0)
+done()

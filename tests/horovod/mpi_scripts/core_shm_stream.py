@@ -19,13 +19,7 @@ import ddl_runtime as ddl
 import ddl_runtime.horovod.torch as hvd
 from ddl_runtime.horovod.common.process_sets import controller_for
 
-failures = 0
-
-
-def report(name, ok, why=""):
-    global failures
-    failures += not ok
-    print(f"OK {name}" if ok else f"FAIL {name}: {why}", flush=True)
+from checks import done, report
 
 
 hvd.init()
@@ -125,5 +119,4 @@ y = torch.full((1000,), 1.0)
 hvd.allreduce_(y, op=hvd.Sum, name="after_switch")
 report("after_switch", torch.all(y == N).item(), str(y[:3]))
 hvd.shutdown()
-print("DONE", flush=True)
-sys.exit(1 if failures else 0)
+done()
