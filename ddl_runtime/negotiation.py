@@ -80,9 +80,14 @@ class Handle:
         self._pending_data = 0
 
     def done(self) -> bool:
-        if not self.finished:
-            self.controller.progress()
-        return self.finished
+        """Whether it had finished when asked (never blocks).  A call that finds it unfinished
+        drives the engine, so a later call may find it done, as Horovod's poll reads a status its
+        background thread sets rather than completing the operation inside the call that asks
+        (code that submits and polls at once sees an asynchronous operation, as under Horovod)."""
+        if self.finished:
+            return True
+        self.controller.progress()
+        return False
 
     def wait(self, timeout: Optional[float] = None) -> Any:
         self.controller.wait_for(self, timeout)
