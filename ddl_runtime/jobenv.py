@@ -46,6 +46,7 @@ class JobEnvironment:
     stall_shutdown_s: Optional[float] = None
     timeline: Optional[str] = None
     shared_memory: bool = True  # DDL_SHM: one-host jobs reduce through shared memory
+    response_cache: Optional[int] = None  # DDL_RESPONSE_CACHE: descriptors the negotiation caches (0: none)
     launcher: LauncherInfo = field(default_factory=lambda: LauncherInfo("none"))
 
     @classmethod
@@ -61,6 +62,7 @@ class JobEnvironment:
             stall_shutdown_s=_positive_float(env, "DDL_STALL_SHUTDOWN_S"),
             timeline=env.get("DDL_TIMELINE") or None,
             shared_memory=_switch(env, "DDL_SHM", True),
+            response_cache=_non_negative_int(env, "DDL_RESPONSE_CACHE"),
             launcher=detect_launcher(env),
         )
 
@@ -154,6 +156,13 @@ def _positive_int(env: Mapping[str, str], name: str) -> Optional[int]:
     value = _int(env, name)
     if value is not None and value < 1:
         raise DDLInputError(f"{name}={value} must be a positive integer")
+    return value
+
+
+def _non_negative_int(env: Mapping[str, str], name: str) -> Optional[int]:
+    value = _int(env, name)
+    if value is not None and value < 0:
+        raise DDLInputError(f"{name}={value} must be 0 or more")
     return value
 
 

@@ -32,7 +32,7 @@ from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
 from .output_pool import RESULTS
-from .response_cache import PER_ROUND, ResponseCache
+from .response_cache import CAPACITY, PER_ROUND, ResponseCache
 
 if TYPE_CHECKING:
     from .negotiated_shm import NegotiatedShm
@@ -107,7 +107,8 @@ class Controller:
     """Negotiation and execution for one process set (its ranks as a communicator)."""
 
     def __init__(self, comm: MPI.Comm, global_ranks: Sequence[int], fusion_bytes: int,
-                 stall_warning_s: float, stall_shutdown_s: Optional[float], timeline=None, set_id: int = 0):
+                 stall_warning_s: float, stall_shutdown_s: Optional[float], timeline=None, set_id: int = 0,
+                 cache_capacity: Optional[int] = None):
         self.neg = comm.Dup()
         self.data = comm.Dup()
         self.rank = comm.Get_rank()
@@ -126,7 +127,10 @@ class Controller:
         self._round_state: Optional[tuple] = None   # (phase, request, buffers...)
         self.in_flight: List[Tuple[kernels.InFlight, List[Handle]]] = []
         self.noname: Dict[str, int] = {}
-        self.cache = ResponseCache()  # descriptors that ran: announced by id (response_cache.py)
+        # descriptors that ran: announced by id (response_cache.py).  Every rank must number them
+        # alike, so the set agrees on the smallest capacity asked for (DDL_RESPONSE_CACHE, 0: off).
+        capacity = CAPACITY if cache_capacity is None else cache_capacity
+        self.cache = ResponseCache(self.neg.allreduce(capacity, op=MPI.MIN))
         self.closed = False
         self.broken: Optional[str] = None  # why no collective of this set can complete any more
         self.lock = threading.RLock()

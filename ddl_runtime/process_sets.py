@@ -31,7 +31,7 @@ class Registry:
     def _controller(self, comm: MPI.Comm, ranks: List[int], set_id: int) -> Controller:
         env = self.rt.env
         ctl = Controller(comm, ranks, self.rt.fusion_bytes, env.stall_warning_s, env.stall_shutdown_s,
-                         self.rt.timeline, set_id)
+                         self.rt.timeline, set_id, env.response_cache)
         ctl.progress_all = self.progress
         ctl.departed = self._departed
         return ctl

@@ -25,7 +25,7 @@ from .output_pool import ALIGN
 from .shm import SMALL_BYTES
 
 CARRY_BYTES = SMALL_BYTES  # per rank and round: the cached small allreduces' data
-CAPACITY = 4096  # descriptors remembered (Horovod's default cache holds 1024)
+CAPACITY = 4096  # descriptors remembered by default (Horovod's default cache holds 1024); 0: no cache
 PER_ROUND = 64  # cached announcements per rank and round (their ids fill the slot's header)
 CARRY_DTYPES = frozenset(("float32", "float64", "int32", "int64"))
 CARRY_OPS = frozenset(("sum", "average", "min", "max"))
@@ -34,14 +34,15 @@ CARRY_OPS = frozenset(("sum", "average", "min", "max"))
 class ResponseCache:
     """Descriptor <-> id, and what a cached allreduce carries in the data exchange."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity  # alike on every rank of the set (the controller agrees on it)
         self.ids: Dict[tuple, int] = {}
         self.descs: List[tuple] = []
         self.carries: List[Optional[Tuple[np.dtype, Tuple[int, ...], int]]] = []  # (dtype, counts, bytes taken)
 
     def learn(self, desc: tuple) -> None:
         """`desc` ran on every rank, announced alike by all (call in table order)."""
-        if desc in self.ids or len(self.descs) >= CAPACITY:
+        if desc in self.ids or len(self.descs) >= self.capacity:
             return
         self.ids[desc] = len(self.descs)
         self.descs.append(desc)

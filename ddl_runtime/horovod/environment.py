@@ -8,6 +8,7 @@ through ``jobenv.JobEnvironment``) and :func:`after_init` once it runs.  The map
 ``HOROVOD_STALL_CHECK_TIME_SECONDS``    ``DDL_STALL_WARNING_S``
 ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` ``DDL_STALL_SHUTDOWN_S`` (0 = never)
 ``HOROVOD_STALL_CHECK_DISABLE=1``       no stall warnings (``DDL_STALL_WARNING_S`` = 1 day)
+``HOROVOD_CACHE_CAPACITY``              ``DDL_RESPONSE_CACHE`` (descriptors cached; 0 = no response cache)
 ``HOROVOD_TIMELINE=path``               Chrome trace: rank 0 writes ``path``, rank r
                                         ``path`` with ``.rank<r>`` before the extension
 ``HOROVOD_TIMELINE=DYNAMIC``            nothing until ``hvd.start_timeline(path)``
@@ -39,7 +40,6 @@ NO_EFFECT = {
     "HOROVOD_HIERARCHICAL_ALLREDUCE": "the runtime picks the hierarchical allreduce itself from the node layout",
     "HOROVOD_HIERARCHICAL_ALLGATHER": "allgather is always flat",
     "HOROVOD_AUTOTUNE": "no autotuning; set HOROVOD_FUSION_THRESHOLD (or DDL_FUSION_MB) by hand",
-    "HOROVOD_CACHE_CAPACITY": "collective signatures are always cached",
     "HOROVOD_MPI_THREADS_DISABLE": "the runtime asks MPI for the thread level it needs",
     "HOROVOD_NUM_NCCL_STREAMS": "GPU reductions use one NCCL or CUDA-aware MPI stream",
     "HOROVOD_BATCH_D2D_MEMCOPIES": "not applicable (no batched device copies)",
@@ -59,6 +59,7 @@ SILENT = {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_S
           "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_LOG_LEVEL", "HOROVOD_LOG_HIDE_TIME",
           "HOROVOD_DYNAMIC_PROCESS_SETS", "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_TIMELINE",
           "HOROVOD_FUSION_THRESHOLD", "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+          "HOROVOD_CACHE_CAPACITY",
           "HOROVOD_MPI", "HOROVOD_SHIM"}
 
 
@@ -105,6 +106,11 @@ def read(env: Mapping[str, str] = os.environ) -> HorovodSettings:
                 raise DDLInputError(f"HOROVOD_STALL_CHECK_TIME_SECONDS={env['HOROVOD_STALL_CHECK_TIME_SECONDS']!r} "
                                     f"must be greater than 0")
             ddl["DDL_STALL_WARNING_S"] = f"{warning:g}"
+    capacity = _number(env, "HOROVOD_CACHE_CAPACITY")
+    if capacity is not None:
+        if capacity != int(capacity):
+            raise DDLInputError(f"HOROVOD_CACHE_CAPACITY={env['HOROVOD_CACHE_CAPACITY']!r} must be a whole number")
+        ddl["DDL_RESPONSE_CACHE"] = str(int(capacity))
     shutdown = _number(env, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
     if shutdown:  # 0 means never, as in Horovod
         ddl["DDL_STALL_SHUTDOWN_S"] = f"{shutdown:g}"

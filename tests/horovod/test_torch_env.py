@@ -11,8 +11,10 @@ from torch_glue_helpers import PROGRAMS, ddlrun
 
 def test_mapping_onto_ddl_settings():
     s = environment.read({"HOROVOD_FUSION_THRESHOLD": str(32 * 2**20), "HOROVOD_STALL_CHECK_TIME_SECONDS": "7",
-                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "90", "HOROVOD_TIMELINE": "/tmp/t.json"})
-    assert dict(s.ddl) == {"DDL_FUSION_MB": "32", "DDL_STALL_WARNING_S": "7", "DDL_STALL_SHUTDOWN_S": "90"}
+                          "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "90", "HOROVOD_TIMELINE": "/tmp/t.json",
+                          "HOROVOD_CACHE_CAPACITY": "0"})
+    assert dict(s.ddl) == {"DDL_FUSION_MB": "32", "DDL_STALL_WARNING_S": "7", "DDL_STALL_SHUTDOWN_S": "90",
+                           "DDL_RESPONSE_CACHE": "0"}
     assert s.timeline == "/tmp/t.json" and not s.dynamic_timeline and s.notices == ()
 
 
@@ -42,7 +44,8 @@ def test_unknown_and_unsupported_settings_get_one_notice_each():
 
 @pytest.mark.parametrize("name,value", [("HOROVOD_FUSION_THRESHOLD", "64MB"), ("HOROVOD_FUSION_THRESHOLD", "-1"),
                                         ("HOROVOD_STALL_CHECK_TIME_SECONDS", "0"),
-                                        ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "inf")])
+                                        ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "inf"),
+                                        ("HOROVOD_CACHE_CAPACITY", "-1"), ("HOROVOD_CACHE_CAPACITY", "1.5")])
 def test_bad_values_name_the_variable(name, value):
     with pytest.raises(DDLInputError, match=name):
         environment.read({name: value})

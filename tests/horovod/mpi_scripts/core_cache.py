@@ -9,7 +9,10 @@ so from the second step on the cached path runs; every guarantee of the table pa
 3. A cached name that one rank refuses (a bad input there): every rank fails with its message.
 4. A rank joins while the others run a cached allreduce: it contributes zeros.
 Argument "mpi" (DDL_EMULATE_NODES=2): no shared memory, ids in the MPI rounds, nothing carried.
+Argument "off" (HOROVOD_CACHE_CAPACITY=0 on the last rank only): the set agrees on no cache,
+nothing cached or carried, every guarantee as before.
 """
+import os
 import sys
 
 import torch
@@ -21,10 +24,16 @@ from ddl_runtime.horovod.common.process_sets import controller_for
 from checks import done, report
 
 
+MODE = sys.argv[1] if len(sys.argv) > 1 else "shm"
+if MODE == "off" and os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) == os.environ.get(
+        "WML_TEST_LAST_RANK"):
+    os.environ["HOROVOD_CACHE_CAPACITY"] = "0"  # one rank asks for none: the set must agree on none
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-CARRY = sys.argv[1:] != ["mpi"]
+CARRY = MODE == "shm"
 ctl = controller_for(hvd.global_process_set, "test")
+if MODE == "off":
+    report("capacity_agreed", ctl.cache.capacity == 0, f"capacity {ctl.cache.capacity} on rank {R}")
 carried = 0
 _run = ctl._run_carried
 
@@ -128,5 +137,7 @@ for step in range(3):
         report(f"join_zeros_{step}", torch.all(r == want).item(), f"{r} != {want}")
         if step == 2:
             hvd.join()
+if MODE == "off":
+    report("nothing_cached", not ctl.cache.descs, f"{len(ctl.cache.descs)} descriptors cached")
 hvd.shutdown()
 done()
