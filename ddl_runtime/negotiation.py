@@ -17,6 +17,7 @@ the tensor after the stall-warning time, and gives up after the stall-shutdown t
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import threading
@@ -435,7 +436,7 @@ class Controller:
         dtype, (op, prescale, postscale) = np.dtype(key[0]), key[1]
         inputs, outputs, counts, handles, names = [], [], [], [], []
         for handle, i, (tname, _, shape) in group:
-            counts.append(int(np.prod(shape, dtype=np.int64)))
+            counts.append(math.prod(shape))
             names.append(tname)
             if handle is not None:
                 inputs.append(handle.request.inputs[i])
@@ -647,7 +648,7 @@ class _ShmFlight(kernels.InFlight):
 
 
 def _nbytes(t: tuple) -> int:
-    return int(np.prod(t[2], dtype=np.int64)) * np.dtype(t[1]).itemsize
+    return math.prod(t[2]) * np.dtype(t[1]).itemsize
 
 
 def _params(kind: str, params: tuple) -> str:

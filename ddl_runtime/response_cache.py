@@ -17,6 +17,7 @@ call costs one hand-off between the ranks.  Otherwise it goes through the table 
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -56,6 +57,6 @@ class ResponseCache:
         if dtype not in CARRY_DTYPES or any(t[1] != dtype for t in tensors) or (op == "average" and dtype[0] != "f"):
             return None
         dt = np.dtype(dtype)
-        counts = tuple(int(np.prod(t[2], dtype=np.int64)) for t in tensors)
+        counts = tuple(math.prod(t[2]) for t in tensors)
         taken = -(-sum(counts) * dt.itemsize // ALIGN) * ALIGN
         return (dt, counts, taken) if 0 < taken <= CARRY_BYTES else None
