@@ -34,6 +34,7 @@ from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
 from .output_pool import RESULTS
 from .response_cache import CAPACITY, PER_ROUND, ResponseCache
+from .timeline import TID_API, TID_MPI
 
 if TYPE_CHECKING:
     from .negotiated_shm import NegotiatedShm
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 HEADER = 16  # a slot: pickled bytes, cached ids (int64 each), then the pickled descriptors
 YIELD_AFTER_S = 50e-6
-REFUSAL_FLUSH_S = 1.0
-REFUSAL_SETTLE_S = 0.5  # how long a refusal waits for the peers' side of the name before returning  # at shutdown, how long a pending refusal may wait for its round to complete
+REFUSAL_FLUSH_S = 1.0  # at shutdown, how long a pending refusal may wait for its round to complete
+REFUSAL_SETTLE_S = 0.5  # how long a refusal waits for the peers' side of the name before returning
 DEPARTED_GRACE_S = 1.0  # a peer that finalized this long ago while we still wait will never come
 
 
@@ -319,7 +320,7 @@ class Controller:
                 req.outputs[i] = result.reshape(shape)
         tl = self.timeline
         if tl is not None and tl.enabled:
-            tl.span("ALLREDUCE", 3, t0, time.perf_counter(), {"tensors": ",".join(t[0] for t in desc[3][:8]),
+            tl.span("ALLREDUCE", TID_MPI, t0, time.perf_counter(), {"tensors": ",".join(t[0] for t in desc[3][:8]),
                                                               "process_set": self.set_id, "algorithm": "cached"})
         self._complete(handle)
 
@@ -511,7 +512,7 @@ class Controller:
         tl = self.timeline
         if tl is not None and tl.enabled:
             label, _, names = flight.label.partition("|")
-            tl.span(label, 3, flight.started, time.perf_counter(), {"tensors": names, "process_set": self.set_id})
+            tl.span(label, TID_MPI, flight.started, time.perf_counter(), {"tensors": names, "process_set": self.set_id})
             tl.flush()
 
     def _negotiated(self, handle: Handle) -> None:
@@ -519,7 +520,7 @@ class Controller:
         tl = self.timeline
         if tl is not None and tl.enabled:
             req = handle.request
-            tl.span(f"NEGOTIATE_{req.kind.upper()}", 1, handle.submitted, time.perf_counter(),
+            tl.span(f"NEGOTIATE_{req.kind.upper()}", TID_API, handle.submitted, time.perf_counter(),
                     {"name": req.name, "process_set": self.set_id})
 
     def _complete(self, handle: Handle) -> None:

@@ -3,13 +3,14 @@ and `step_end`, the step boundary where the ranks agree on the stop.  A subclass
 `save(step)`."""
 from __future__ import annotations
 
+import abc
 from typing import Optional
 
 from ..errors import DDLInputError
 from . import saving, stop
 
 
-class StepBoundary:
+class StepBoundary(abc.ABC):
     every: Optional[int] = None
     steps: Optional[int] = None
     active: bool = False
@@ -25,8 +26,9 @@ class StepBoundary:
         if every is not None and not self.active:
             saving.require_directory(f"Checkpointer(every={every})")
 
-    def save(self, step: int):  # pragma: no cover - each framework's
-        raise NotImplementedError
+    @abc.abstractmethod
+    def save(self, step: int):
+        """Collective: save now as the checkpoint of `step` (each framework's)."""
 
     def step_end(self, step: int) -> bool:
         """Call after each completed step on every rank.  When the ranks agree to stop, saves and

@@ -14,19 +14,22 @@ committed state (ddl_runtime.checkpoint.save, the commit count as its step) and 
 """
 from __future__ import annotations
 
+import abc
 import functools
 from typing import Any, Callable, Dict, List
 
 from ... import checkpoint
 from ... import log as _log
+from ...errors import DDLInputError
 from .exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 FRAMEWORK = "horovod-elastic"
 RETRIES = 3  # HorovodInternalError restores and retries this many times at most, then raises
 
 
-class State:
-    """Horovod's State: subclasses define save() / restore() / sync(), persisted() / load_persisted()."""
+class State(abc.ABC):
+    """Horovod's State: subclasses define save() / restore() / sync(); to be saved by a chained
+    job also persisted() / load_persisted() (ObjectState and the framework states do)."""
 
     def __init__(self, bcast_object: Callable[[Any], Any], get_rank: Callable[[], int]) -> None:
         self._bcast_object = bcast_object
@@ -52,6 +55,7 @@ class State:
         self.check_host_updates()
         if checkpoint.directory() is None:
             return
+        self._require_persistence()
         self._commits += 1
         if checkpoint.agree(self._commits):
             checkpoint.save({"elastic": self.persisted()}, self._commits, framework=FRAMEWORK)
@@ -60,27 +64,44 @@ class State:
     def check_host_updates(self) -> None:
         """Raises HostsUpdatedInterrupt in Horovod when hosts changed; the ranks are fixed here."""
 
+    @abc.abstractmethod
     def save(self) -> None:
-        raise NotImplementedError()
+        """Keep the current state in memory (the commit)."""
 
+    @abc.abstractmethod
     def restore(self) -> None:
-        raise NotImplementedError()
+        """Return to the last commit."""
 
+    @abc.abstractmethod
     def sync(self) -> None:
-        raise NotImplementedError()
+        """Give every rank rank 0's state."""
 
     def persisted(self) -> Dict[str, Any]:
-        """The last committed state as picklable values (what a chained job saves)."""
-        raise NotImplementedError()
+        """The last committed state as picklable values (what a chained job saves).  A State
+        subclass of the user's own has none unless it defines this and load_persisted()."""
+        raise DDLInputError(self._not_persistable())
 
     def load_persisted(self, saved: Dict[str, Any]) -> None:
         """Make `saved` (from persisted()) the committed state and restore it."""
-        raise NotImplementedError()
+        raise DDLInputError(self._not_persistable())
+
+    def _not_persistable(self) -> str:
+        return (f"hvd.elastic: {type(self).__name__} defines no persisted()/load_persisted(), which a chained "
+                "job (wml submit --chain) needs to save and restore it; derive it from hvd.elastic.ObjectState "
+                "(or a framework's State) or define both")
+
+    def _require_persistence(self) -> None:
+        """In a chained job, before anything is agreed or loaded: the same error on every rank (the
+        ranks run the same class), never one at the stop when the walltime is near."""
+        cls = type(self)
+        if cls.persisted is State.persisted or cls.load_persisted is State.load_persisted:
+            raise DDLInputError(self._not_persistable())
 
     def resume_from_checkpoint(self) -> bool:
         """In a chained job: load the newest checkpoint into this state (collective)."""
         if checkpoint.directory() is None:
             return False
+        self._require_persistence()
         restored = checkpoint.load()
         if restored is None:
             return False

@@ -6,6 +6,8 @@ ddl_runtime/horovod/common/elastic.py: no workers come or go here; in a chained 
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Any, Callable, Dict, List
 
 from ddl_runtime.errors import DDLInputError
@@ -24,8 +26,9 @@ class _VariablesState(ObjectState):
         self._save_variables()
         super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
 
+    @abc.abstractmethod
     def _tracked(self) -> List[Any]:
-        raise NotImplementedError()
+        """The variables this state tracks."""
 
     def _save_variables(self) -> None:
         self._values = [v.numpy() for v in self._tracked()]
