@@ -196,7 +196,7 @@ def digits(comm: MPI.Comm, repeats: int, iters: int) -> dict:
     names = [n for n, _ in DIGITS_SHAPES]
     arrays = [np.ones(s, np.float32) for _, s in DIGITS_SHAPES]
     fused = np.ones(sum(a.size for a in arrays), np.float32)
-    from .flat_allreduce import FlatAllreduce
+    from .shm.flat_allreduce import FlatAllreduce
 
     flat = FlatAllreduce(fused.size, np.float32, "digits-bucket", op="avg")
     pieces = [a.reshape(-1) for a in arrays]

@@ -82,7 +82,7 @@ class Engine:
         self.queued: Deque[Bucket] = deque()
         self.active: List[Bucket] = []
         self._counter = 0
-        # called while a wait polls: progresses the negotiated stream (negotiated_shm.py), whose
+        # called while a wait polls: progresses the negotiated stream (shm/negotiated.py), whose
         # peers may be blocked on this rank in shared memory; set, waits poll instead of blocking
         self.idle: Optional[Callable[[], None]] = None
 

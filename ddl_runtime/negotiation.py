@@ -32,12 +32,12 @@ from mpi4py import MPI
 from . import kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
-from .output_pool import RESULTS
+from .shm.output_pool import RESULTS
 from .response_cache import CAPACITY, PER_ROUND, ResponseCache
 from .timeline import TID_API, TID_MPI
 
 if TYPE_CHECKING:
-    from .negotiated_shm import NegotiatedShm
+    from .shm.negotiated import NegotiatedShm
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 HEADER = 16  # a slot: pickled bytes, cached ids (int64 each), then the pickled descriptors
@@ -624,7 +624,7 @@ class Controller:
 
 
 class _ShmFlight(kernels.InFlight):
-    """An allreduce group for the global set's shared memory (negotiated_shm.py), run when tested."""
+    """An allreduce group for the global set's shared memory (shm/negotiated.py), run when tested."""
 
     def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
         super().__init__([], lambda: None, "ALLREDUCE")

@@ -20,7 +20,7 @@ from . import runtime as _rt
 from .algorithms import MPI_OPS, MPI_TYPES, split_counts
 from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, new_like
 from .fusion import plan_buckets
-from .output_pool import RESULTS, packed_layout
+from .shm.output_pool import RESULTS, packed_layout
 from .refcache import RefCache
 from .errors import DDLError, DDLInputError
 from .engine import Handle
@@ -288,7 +288,7 @@ def allreduce_n_fresh(tensors: Sequence[Any], op: str = "sum", mpi: bool = False
     can hand over that one buffer); else flat is None.  The memory is reused once nothing refers
     to any result of the call.  On one host with shared memory, results of more than 256 KB in
     float32/float64/int32/int64 live in shared memory and the peers write them there
-    (shm_results.py): no copy out, about the cost of the in-place path.  Same agreement,
+    (shm/results.py): no copy out, about the cost of the in-place path.  Same agreement,
     mismatch errors, stall diagnostics and timeline as allreduce_n.
     """
     what = "allreduce_n"

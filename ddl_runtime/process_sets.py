@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from . import runtime as _rt
 from .errors import DDLError, DDLInputError
-from .negotiated_shm import NegotiatedShm
+from .shm.negotiated import NegotiatedShm
 from .negotiation import Controller
 
 

@@ -22,7 +22,7 @@ from .algorithms import Algorithms, Level
 from .engine import Engine
 from .errors import DDLError
 from .jobenv import JobEnvironment
-from .shm import open_group
+from .shm.group import open_group
 from .timeline import NullTimeline, Timeline
 from .topology import LEVEL_NAMES, hierarchy_for
 from .watchdog import Watchdog

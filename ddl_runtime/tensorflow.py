@@ -56,7 +56,7 @@ from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 import ddl_runtime as _ddl
 from ddl_runtime.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
-from ddl_runtime.output_pool import ALIGN, RESULTS, packed_layout
+from ddl_runtime.shm.output_pool import ALIGN, RESULTS, packed_layout
 from ddl_runtime.checkpoint.tensorflow import Checkpointer  # noqa: F401  (training that outlives a job)
 
 __all__ = [

@@ -58,7 +58,7 @@ def test_one_dtype_inside_tf_function_comes_back_whole(ranks):
 
 
 def test_large_results_live_in_shared_memory_eagerly_and_in_tf_function(ranks):
-    """On one host the results the peers write sit in shared memory: no copy out (shm_results)."""
+    """On one host the results the peers write sit in shared memory: no copy out (shm/results.py)."""
     for rec in ranks:
         for how in ("eager", "graph"):
             got = rec[f"{how}_big_results"]

@@ -1,4 +1,4 @@
-"""The shared-memory agreement and allreduce of one-host jobs (ddl_runtime/shm.py)."""
+"""The shared-memory agreement and allreduce of one-host jobs (ddl_runtime/shm/group.py)."""
 import os
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import pytest
 from ddl_runtime.buffers import as_tensor
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.jobenv import JobEnvironment
-from ddl_runtime.shm import plan
+from ddl_runtime.shm.group import plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -107,7 +107,7 @@ ddl_runtime.allreduce_n_fresh = _spy
 rec["graph_autograph_sum"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, op="sum"))(inputs()[:6]))
 ddl_runtime.allreduce_n_fresh = _engine_fresh
 rec["autograph_frames_in_engine"] = autograph_frames
-# large results of one host's ranks live in shared memory, which the peers write (shm_results.py)
+# large results of one host's ranks live in shared memory, which the peers write (shm/results.py)
 from ddl_runtime import runtime as _ddl_rt  # noqa: E402
 
 # (a size that is a multiple of 16 floats: TensorFlow's tf.slice aliases only such pieces)

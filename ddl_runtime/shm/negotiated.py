@@ -1,7 +1,7 @@
 """The global process set's negotiated allreduces through shared memory of their own (one host).
 
 Once negotiated, a request runs in table order, the same on every rank (negotiation.py), so it
-can use the shared-memory algorithms of shm.py.  It must not use the native engine's group:
+can use the shared-memory algorithms of group.py.  It must not use the native engine's group:
 native collectives (ddl_runtime.allreduce_n, FlatAllreduce, ...) run in program order, and ranks
 notice that a negotiation round completed at different points of their programs, so rank 0
 could run negotiated op R inside a wait before native op N while rank 1 runs N first.  Hence:
@@ -36,18 +36,18 @@ from typing import List, Optional, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
-from .buffers import TensorRef, _dtype_name
-from .errors import DDLError
-from .negotiation import SLOT_BYTES
-from .ops import _cut
+from .. import kernels
+from ..buffers import TensorRef, _dtype_name
+from ..errors import DDLError
+from ..negotiation import SLOT_BYTES
+from ..ops import _cut
 from .output_pool import RESULTS
 from .output_pool import aligned_bytes
-from .response_cache import CARRY_BYTES
-from .shm import ALIGN, UFUNCS, ShmGroup, sum_in_rank_order
-from .signature import digest
+from ..response_cache import CARRY_BYTES
+from .group import ALIGN, UFUNCS, ShmGroup, sum_in_rank_order
+from ..signature import digest
 
-OPS = {"sum": "sum", "average": "sum", "min": "min", "max": "max"}  # Horovod's op -> shm.py's ufunc
+OPS = {"sum": "sum", "average": "sum", "min": "min", "max": "max"}  # Horovod's op -> group.py's ufunc
 DTYPES = frozenset(("float16", "float32", "float64", "int32", "int64"))
 
 

@@ -5,7 +5,7 @@ under DDL_EMULATE_NODES or a mode string with several nodes), the ranks open two
 windows (`MPI.Win.Allocate_shared` on the host communicator):
 
 * a control block, one 64-byte slot per rank: a barrier epoch, two digest cells and two word
-  cells (a rank's `word` for a barrier, e.g. which result region it took: shm_results.py).  A barrier
+  cells (a rank's `word` for a barrier, e.g. which result region it took: results.py).  A barrier
   is "write my epoch, wait until every slot holds at least it" (each cell has one writer, so no
   atomics are needed; `Win.Sync` is the memory fence on either side).  The digest of the
   collective's signature travels with the epoch, so agreeing on a signature costs one barrier.
@@ -61,13 +61,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms import split_counts
-from .buffers import TensorRef, store_result, widen
-from .log import log
+from ..algorithms import split_counts
+from ..buffers import TensorRef, store_result, widen
+from ..log import log
 from .output_pool import aligned_bytes
-from .shm_heap import SharedHeap
-from .shm_results import SharedResults
-from .timeline import TID_HOST, TID_MPI
+from .heap import SharedHeap
+from .results import SharedResults
+from ..timeline import TID_HOST, TID_MPI
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs),
 #                  word(even), word(odd), ...]
@@ -188,7 +188,7 @@ class ShmGroup:
         self.no_room_said: set = set()  # what has been told about a full /dev/shm (once each)
         self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
         # called now and then while a barrier waits: the job's native group progresses the
-        # negotiated stream there, whose own group checks that no peer has left (negotiated_shm.py)
+        # negotiated stream there, whose own group checks that no peer has left (negotiated.py)
         self.idle: Optional[Callable[[], None]] = None
         self.results = SharedResults(self.heap)  # out-of-place results that peers write directly
         self.ctl_win.Sync()

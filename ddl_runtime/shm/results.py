@@ -1,7 +1,7 @@
 """Out-of-place allreduce results that live in shared memory, so peers write them directly.
 
 A framework whose tensors are immutable (TensorFlow) needs every reduction out of place: the
-sources are only read and the results go to fresh memory.  Through the arena (shm.py) that
+sources are only read and the results go to fresh memory.  Through the arena (group.py) that
 costs a copy in, the reduction and a copy out into memory that is not in cache (a read for
 ownership per line: 1.12-1.18x the in-place path on ResNet-50).  Here the results themselves
 sit in shared memory and the copy out disappears:
@@ -14,7 +14,7 @@ sit in shared memory and the copy out disappears:
             into every peer's region (lines it has just read: no cold write), 1 MB at a time;
   barrier:  every region now holds every slice; nobody writes a peer's region after it.
 
-A region is one block of the shared heap (collective windows, see shm_heap.py) holding a
+A region is one block of the shared heap (collective windows, see heap.py) holding a
 call's results packed one after another at 64-byte aligned offsets (output_pool.packed_layout),
 kept per layout (dtype, sizes) and reused once nothing refers to the results any more
 (the same weak-reference rule as output_pool).  Ranks let go of results at different
@@ -34,10 +34,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .buffers import TensorRef, _dtype_name
+from ..buffers import TensorRef, _dtype_name
 from .output_pool import ALIGN, packed_layout
-from .shm_heap import PIECE_BYTES, UFUNCS
-from .timeline import TID_HOST, TID_MPI
+from .heap import PIECE_BYTES, UFUNCS
+from ..timeline import TID_HOST, TID_MPI
 
 RESULT_BYTES = 2 << 30  # shared memory kept for results, every layout together
 MIN_BYTES = 256 << 10  # smaller calls take the one-barrier small path (shm.SMALL_BYTES)
@@ -201,7 +201,7 @@ class SharedResults:
         return theirs, mine
 
     def clear(self) -> None:
-        """Drop the regions (finalize); results still alive keep their window mapped (shm_heap)."""
+        """Drop the regions (finalize); results still alive keep their window mapped (heap.py)."""
         self.regions, self.plans, self.kept_bytes = {}, {}, 0
 
 
