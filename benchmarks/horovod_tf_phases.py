@@ -1,0 +1,88 @@
+"""Where an eager ``hvd.allreduce`` spends its time, next to the native call (issue 25 item 4).
+
+Run on real ranks:  ddlrun -n 2 python benchmarks/horovod_tf_phases.py [--calls 400] [--repeats 3]
+
+For one float32 tf.Tensor of each size (1 KB and 4 MB), rank 0 prints the time per call of
+``ddl_runtime.tensorflow.allreduce_n([t], op="avg")`` and of ``hvd.allreduce(t, op=hvd.Average)``,
+named (a repeat the response cache knows) and unnamed (numbered per call, so never cached), and
+inside each the time spent in the negotiation's phases and in the reduction:
+
+* ``submit``: the controller's submit (it may start the round and finish it when the peer is
+  there already); ``start_round`` / ``advance_round``: building this rank's slot, and testing and
+  reading the round (both include waiting for the peer);
+* ``negotiated``: the shared-memory allreduce of the negotiated op (shm/negotiated.py);
+  ``results``: its reduction into the shared result regions (shm/results.py), which the native
+  call also runs.
+
+Timers wrap those methods (a few microseconds each), so read the phases against each other and
+the totals as slightly high.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Callable, Dict, Tuple
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+import ddl_runtime.horovod.tensorflow as hvd  # noqa: E402
+import ddl_runtime.tensorflow as native  # noqa: E402
+from ddl_runtime import negotiation  # noqa: E402
+from ddl_runtime.shm import negotiated, results  # noqa: E402
+
+PHASES = [(negotiation.Controller, "_submit", "submit"), (negotiation.Controller, "_start_round", "start_round"),
+          (negotiation.Controller, "_advance_round", "advance_round"),
+          (negotiated.NegotiatedShm, "allreduce", "negotiated"), (results.SharedResults, "allreduce", "results")]
+_spent: Dict[str, float] = {}
+
+
+def _timed(fn: Callable, label: str) -> Callable:
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _spent[label] = _spent.get(label, 0.0) + time.perf_counter() - t0
+    return wrapper
+
+
+def _measure(call: Callable[[], object], calls: int) -> Tuple[float, Dict[str, float]]:
+    for _ in range(50):
+        call()
+    _spent.clear()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    total = time.perf_counter() - t0
+    return total / calls * 1e6, {k: v / calls * 1e6 for k, v in _spent.items()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=400, help="calls per method per repeat")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    hvd.init()
+    for cls, name, label in PHASES:
+        setattr(cls, name, _timed(getattr(cls, name), label))
+    for label, n in (("1 KB", 256), ("4 MB", 1 << 20)):
+        t = tf.ones([n])
+        methods = {"native allreduce_n": lambda: native.allreduce_n([t], op="avg"),
+                   "hvd.allreduce, named": lambda: hvd.allreduce(t, op=hvd.Average, name=f"phases_{n}"),
+                   "hvd.allreduce, unnamed": lambda: hvd.allreduce(t, op=hvd.Average)}
+        for _ in range(a.repeats):
+            for method, call in methods.items():
+                per_call, phases = _measure(call, a.calls)
+                if hvd.rank() == 0:
+                    shown = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+                    print(f"{label} {method:<24} {per_call:8.1f} us/call   {shown}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
