@@ -1,6 +1,6 @@
 """Where an eager ``hvd.allreduce`` spends its time, next to the native call (issue 25 item 4).
 
-Run on real ranks:  ddlrun -n 2 python benchmarks/horovod_tf_phases.py [--calls 400] [--repeats 3]
+Run on real ranks:  ddlrun -n 2 python benchmarks/horovod_tf_phases.py [--calls 400] [--repeats 3] [--tape]
 
 For one float32 tf.Tensor of each size (1 KB and 4 MB), rank 0 prints the time per call of
 ``ddl_runtime.tensorflow.allreduce_n([t], op="avg")`` and of ``hvd.allreduce(t, op=hvd.Average)``,
@@ -14,6 +14,12 @@ inside each the time spent in the negotiation's phases and in the reduction:
   ``results``: its reduction into the shared result regions (shm/results.py), which the native
   call also runs.
 
+``--tape`` measures instead the TF2 custom step of horovod_tf_overhead.py (a ``tf.function``:
+forward, tape, exchange of the 1.1 M-parameter MLP's 6 gradients, SGD), with
+``ddl_runtime.tensorflow.DistributedGradientTape`` and ``hvd.DistributedGradientTape``; ``core``
+is then the Python each runs inside its ``tf.numpy_function`` (native: ``allreduce_n_fresh``;
+Horovod: submit and wait), and ``run_ready`` the table's check of the group.
+
 Timers wrap those methods (a few microseconds each), so read the phases against each other and
 the totals as slightly high.
 """
@@ -26,16 +32,22 @@ from typing import Callable, Dict, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import ddl_runtime as ddl  # noqa: E402
 import ddl_runtime.horovod.tensorflow as hvd  # noqa: E402
 import ddl_runtime.tensorflow as native  # noqa: E402
 from ddl_runtime import negotiation  # noqa: E402
+from ddl_runtime.horovod.tensorflow import mpi_ops  # noqa: E402
 from ddl_runtime.shm import negotiated, results  # noqa: E402
 
 PHASES = [(negotiation.Controller, "_submit", "submit"), (negotiation.Controller, "_start_round", "start_round"),
           (negotiation.Controller, "_advance_round", "advance_round"),
-          (negotiated.NegotiatedShm, "allreduce", "negotiated"), (results.SharedResults, "allreduce", "results")]
+          (negotiation.Controller, "_run_ready", "run_ready"),
+          (negotiated.NegotiatedShm, "allreduce", "negotiated"), (results.SharedResults, "allreduce", "results"),
+          (ddl, "allreduce_n_fresh", "core"), (mpi_ops, "_run", "core")]
 _spent: Dict[str, float] = {}
 
 
@@ -60,27 +72,55 @@ def _measure(call: Callable[[], object], calls: int) -> Tuple[float, Dict[str, f
     return total / calls * 1e6, {k: v / calls * 1e6 for k, v in _spent.items()}
 
 
+def _tape_step(wrap: Callable) -> Callable[[], object]:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input(shape=(512,)), keras.layers.Dense(1024, activation="relu"),
+                              keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
+    opt = keras.optimizers.SGD(1e-3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    xs = tf.constant(np.random.RandomState(0).randn(32, 512).astype("float32"))
+    ys = tf.constant(np.random.RandomState(1).randint(0, 10, 32))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(ys, model(xs, training=True))
+        grads = wrap(tape).gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return step
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=400, help="calls per method per repeat")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tape", action="store_true", help="the DistributedGradientTape step instead of one tensor")
     a = p.parse_args(argv)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     hvd.init()
     for cls, name, label in PHASES:
         setattr(cls, name, _timed(getattr(cls, name), label))
-    for label, n in (("1 KB", 256), ("4 MB", 1 << 20)):
-        t = tf.ones([n])
-        methods = {"native allreduce_n": lambda: native.allreduce_n([t], op="avg"),
-                   "hvd.allreduce, named": lambda: hvd.allreduce(t, op=hvd.Average, name=f"phases_{n}"),
-                   "hvd.allreduce, unnamed": lambda: hvd.allreduce(t, op=hvd.Average)}
+    cases: Dict[str, Dict[str, Callable[[], object]]] = {}
+    if a.tape:
+        cases["tape step"] = {"native DistributedGradientTape": _tape_step(native.DistributedGradientTape),
+                              "hvd.DistributedGradientTape": _tape_step(hvd.DistributedGradientTape)}
+    else:
+        for label, n in (("1 KB", 256), ("4 MB", 1 << 20)):
+            t = tf.ones([n])
+            cases[label] = {"native allreduce_n": lambda t=t: native.allreduce_n([t], op="avg"),
+                            "hvd.allreduce, named": lambda t=t, n=n: hvd.allreduce(t, op=hvd.Average,
+                                                                                  name=f"phases_{n}"),
+                            "hvd.allreduce, unnamed": lambda t=t: hvd.allreduce(t, op=hvd.Average)}
+    for label, methods in cases.items():
         for _ in range(a.repeats):
             for method, call in methods.items():
+                hvd.barrier()
                 per_call, phases = _measure(call, a.calls)
                 if hvd.rank() == 0:
                     shown = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
-                    print(f"{label} {method:<24} {per_call:8.1f} us/call   {shown}", flush=True)
+                    print(f"{label} {method:<30} {per_call:8.1f} us/call   {shown}", flush=True)
     return 0
 
 

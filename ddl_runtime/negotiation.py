@@ -285,27 +285,47 @@ class Controller:
         return True
 
     def _announce_cached(self, cached: List[List[int]]) -> None:
-        """The round's cached announcements: an allreduce that every rank announced here with its
-        data (no rank joined) is reduced from the round's rows at once; the rest join the table."""
+        """The round's cached announcements.  An allreduce that every rank announced here (no rank
+        joined, not in the table) needs no table: its descriptor ran alike on every rank before, so
+        there is nothing to check.  With every rank's data in the round it is reduced from the
+        round's rows at once; with nobody's it is posted at once, in rank 0's order (every rank
+        reads the same slots, so the same order).  The rest join the table."""
         descs = self.cache.descs
         where: Dict[int, List[Optional[int]]] = {}  # cache id -> each rank's data offset (None: no data)
+        seen: Dict[int, int] = {}                  # cache id -> how many ranks announced it
         for r, ids in enumerate(cached):
             at = 0
             for v in ids:
                 cid = v >> 1
                 offsets = where.setdefault(cid, [None] * self.size)
+                seen[cid] = seen.get(cid, 0) + 1
                 if v & 1:
                     offsets[r] = at
                     at += self.cache.carries[cid][2]
+        direct: List[tuple] = []
         for r, ids in enumerate(cached):
             for v in ids:
                 cid = v >> 1
                 offsets = where[cid]
                 desc = descs[cid]
-                if None in offsets or self.joined or f"allreduce.{desc[1]}" in self.table:
+                if seen[cid] < self.size or self.joined or f"allreduce.{desc[1]}" in self.table:
                     self._announce(r, desc)
-                elif r == 0:  # every rank has it in flight
-                    self._run_carried(desc, self.cache.carries[cid], offsets)
+                elif None not in offsets:
+                    if r == 0:
+                        self._run_carried(desc, self.cache.carries[cid], offsets)
+                elif offsets.count(None) == self.size:
+                    if r == 0:
+                        direct.append(desc)
+                else:  # some ranks carried its data and some could not: the table decides
+                    self._announce(r, desc)
+        if direct:
+            fused: "OrderedDict[tuple, list]" = OrderedDict()
+            for desc in direct:
+                handle = self.local.get(f"allreduce.{desc[1]}")
+                if handle is not None:
+                    self._negotiated(handle)
+                self._fuse(fused, handle, desc)
+            self._post_fused(fused)
 
     def _run_carried(self, desc: tuple, carry: tuple, offsets: List[int]) -> None:
         handle = self.local.get(f"allreduce.{desc[1]}")
@@ -379,19 +399,27 @@ class Controller:
             if kind == "allreduce":
                 if len(entry.descs) == self.size and all(d == desc for d in entry.descs.values()):
                     self.cache.learn(desc)
-                for i, tensor in enumerate(desc[3]):  # fused per dtype (a group may mix dtypes)
-                    key = (tensor[1], desc[2])
-                    group = fused.setdefault(key, [])
-                    if self.shm is not None and self.shm.takes(tensor[1], desc[2][0]):
-                        group.append((handle, i, tensor))  # shared memory: one group, any size
-                        continue
-                    nbytes = sum(_nbytes(t) for _, _, t in group)
-                    if group and nbytes + _nbytes(tensor) > self.fusion_bytes:
-                        self._post_allreduce(key, group)
-                        group = fused[key] = []
-                    group.append((handle, i, tensor))
+                self._fuse(fused, handle, desc)
                 continue
             self._post(kind, desc, entry, handle)
+        self._post_fused(fused)
+
+    def _fuse(self, fused: "OrderedDict[tuple, list]", handle: Optional[Handle], desc: tuple) -> None:
+        """Add a negotiated allreduce's tensors to the groups fused per dtype and op (a group may mix
+        dtypes); a group over the fusion size is posted as it fills (shared memory: any size)."""
+        for i, tensor in enumerate(desc[3]):
+            key = (tensor[1], desc[2])
+            group = fused.setdefault(key, [])
+            if self.shm is not None and self.shm.takes(tensor[1], desc[2][0]):
+                group.append((handle, i, tensor))
+                continue
+            nbytes = sum(_nbytes(t) for _, _, t in group)
+            if group and nbytes + _nbytes(tensor) > self.fusion_bytes:
+                self._post_allreduce(key, group)
+                group = fused[key] = []
+            group.append((handle, i, tensor))
+
+    def _post_fused(self, fused: "OrderedDict[tuple, list]") -> None:
         for key, group in fused.items():
             if group:
                 self._post_allreduce(key, group)
