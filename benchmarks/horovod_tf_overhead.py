@@ -25,7 +25,6 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import ddl_runtime.horovod.tensorflow.keras as hvd_keras  # noqa: E402
@@ -33,13 +32,12 @@ import ddl_runtime.horovod.tensorflow as hvd  # noqa: E402
 import ddl_runtime.keras as native_keras  # noqa: E402
 import ddl_runtime.tensorflow as native  # noqa: E402
 import keras  # noqa: E402
+from _tf_step import X, Y, mlp, tape_step  # noqa: E402
 from _timing import report_pairs, select_pairs, time_interleaved  # noqa: E402
 
 
 def _mlp(optimizer) -> keras.Model:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input(shape=(512,)), keras.layers.Dense(1024, activation="relu"),
-                              keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
+    model = mlp()
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 
@@ -55,8 +53,7 @@ def main(argv=None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     hvd.init()
     small, large = tf.ones([256]), tf.ones([1 << 20])
-    x = np.random.RandomState(0).randn(32, 512).astype("float32")
-    y = np.random.RandomState(1).randint(0, 10, 32)
+    x, y = X, Y
     m_native = _mlp(native_keras.DistributedOptimizer(keras.optimizers.SGD(1e-3)))
     m_hvd = _mlp(hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1e-3)))
 
@@ -67,23 +64,6 @@ def main(argv=None) -> int:
     @tf.function
     def hvd_traced(t):
         return hvd.allreduce(t, op=hvd.Average, name="large_traced")
-
-    def tape_step(wrap):
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input(shape=(512,)), keras.layers.Dense(1024, activation="relu"),
-                                  keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
-        opt = keras.optimizers.SGD(1e-3)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        xs, ys = tf.constant(x), tf.constant(y)
-
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                loss = loss_fn(ys, model(xs, training=True))
-            grads = wrap(tape).gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        return step
 
     methods = {
         "allreduce_n 1 KB: ddl_runtime.tensorflow.allreduce_n": lambda: native.allreduce_n([small], op="avg"),

@@ -32,8 +32,6 @@ from typing import Callable, Dict, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import ddl_runtime as ddl  # noqa: E402
@@ -42,6 +40,7 @@ import ddl_runtime.tensorflow as native  # noqa: E402
 from ddl_runtime import negotiation  # noqa: E402
 from ddl_runtime.horovod.tensorflow import mpi_ops  # noqa: E402
 from ddl_runtime.shm import negotiated, results  # noqa: E402
+from _tf_step import tape_step  # noqa: E402
 
 PHASES = [(negotiation.Controller, "_submit", "submit"), (negotiation.Controller, "_start_round", "start_round"),
           (negotiation.Controller, "_advance_round", "advance_round"),
@@ -72,25 +71,6 @@ def _measure(call: Callable[[], object], calls: int) -> Tuple[float, Dict[str, f
     return total / calls * 1e6, {k: v / calls * 1e6 for k, v in _spent.items()}
 
 
-def _tape_step(wrap: Callable) -> Callable[[], object]:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input(shape=(512,)), keras.layers.Dense(1024, activation="relu"),
-                              keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
-    opt = keras.optimizers.SGD(1e-3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    xs = tf.constant(np.random.RandomState(0).randn(32, 512).astype("float32"))
-    ys = tf.constant(np.random.RandomState(1).randint(0, 10, 32))
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(ys, model(xs, training=True))
-        grads = wrap(tape).gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-    return step
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=400, help="calls per method per repeat")
@@ -104,8 +84,8 @@ def main(argv=None) -> int:
         setattr(cls, name, _timed(getattr(cls, name), label))
     cases: Dict[str, Dict[str, Callable[[], object]]] = {}
     if a.tape:
-        cases["tape step"] = {"native DistributedGradientTape": _tape_step(native.DistributedGradientTape),
-                              "hvd.DistributedGradientTape": _tape_step(hvd.DistributedGradientTape)}
+        cases["tape step"] = {"native DistributedGradientTape": tape_step(native.DistributedGradientTape),
+                              "hvd.DistributedGradientTape": tape_step(hvd.DistributedGradientTape)}
     else:
         for label, n in (("1 KB", 256), ("4 MB", 1 << 20)):
             t = tf.ones([n])
