@@ -217,17 +217,17 @@ class Controller:
         for h in self.unannounced:
             req = h.request
             desc = req.descriptor()
-            cid = cache.ids.get(desc)
-            if cid is None or len(ids) == PER_ROUND:
+            key = cache.key(desc)
+            if key is None or len(ids) == PER_ROUND:
                 news.append(desc)
                 continue
-            carry = cache.carries[cid]
+            carry = cache.carry(key)
             if data is not None and carry is not None and at + carry[2] <= len(data):
                 self.shm.pack(req.inputs, carry, data[at:])
                 at += carry[2]
-                ids.append(2 * cid + 1)
+                ids.append(2 * key + 1)
             else:
-                ids.append(2 * cid)
+                ids.append(2 * key)
         self.unannounced = []
         payload = pickle.dumps(news, protocol=pickle.HIGHEST_PROTOCOL) if news else b""
         slot = np.zeros(SLOT_BYTES, dtype=np.uint8)
@@ -290,29 +290,29 @@ class Controller:
         there is nothing to check.  With every rank's data in the round it is reduced from the
         round's rows at once; with nobody's it is posted at once, in rank 0's order (every rank
         reads the same slots, so the same order).  The rest join the table."""
-        descs = self.cache.descs
-        where: Dict[int, List[Optional[int]]] = {}  # cache id -> each rank's data offset (None: no data)
-        seen: Dict[int, int] = {}                  # cache id -> how many ranks announced it
+        cache = self.cache
+        where: Dict[int, List[Optional[int]]] = {}  # key -> each rank's data offset (None: no data)
+        seen: Dict[int, int] = {}                  # key -> how many ranks announced it
         for r, ids in enumerate(cached):
             at = 0
             for v in ids:
-                cid = v >> 1
-                offsets = where.setdefault(cid, [None] * self.size)
-                seen[cid] = seen.get(cid, 0) + 1
+                key = v >> 1
+                offsets = where.setdefault(key, [None] * self.size)
+                seen[key] = seen.get(key, 0) + 1
                 if v & 1:
                     offsets[r] = at
-                    at += self.cache.carries[cid][2]
+                    at += cache.carry(key)[2]
         direct: List[tuple] = []
         for r, ids in enumerate(cached):
             for v in ids:
-                cid = v >> 1
-                offsets = where[cid]
-                desc = descs[cid]
-                if seen[cid] < self.size or self.joined or f"allreduce.{desc[1]}" in self.table:
+                key = v >> 1
+                offsets = where[key]
+                desc = cache.descriptor(key)
+                if seen[key] < self.size or self.joined or f"allreduce.{desc[1]}" in self.table:
                     self._announce(r, desc)
                 elif None not in offsets:
                     if r == 0:
-                        self._run_carried(desc, self.cache.carries[cid], offsets)
+                        self._run_carried(desc, cache.carry(key), offsets)
                 elif offsets.count(None) == self.size:
                     if r == 0:
                         direct.append(desc)

@@ -14,10 +14,17 @@ moved everything: each rank reduces the rows in rank order (the bits of shm/grou
 and the request completes without a table entry or a barrier of its own, so a steady-state
 call costs one hand-off between the ranks.  Otherwise it goes through the table as usual
 (its inputs are still the caller's).
+
+An unnamed collective is numbered per call ("noname.17", negotiation.Controller.auto_name), so
+its descriptor never repeats; Horovod's eager ops without a name share one and hit its cache.
+Here such a descriptor is remembered with its number taken out, and announced as the cache id
+plus the number (a key: the number + 1 above bit 32, the id below), so a loop of unnamed
+``hvd.allreduce`` calls is cached like a named one.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -30,6 +37,24 @@ CAPACITY = 4096  # descriptors remembered by default (Horovod's default cache ho
 PER_ROUND = 64  # cached announcements per rank and round (their ids fill the slot's header)
 CARRY_DTYPES = frozenset(("float32", "float64", "int32", "int64"))
 CARRY_OPS = frozenset(("sum", "average", "min", "max"))
+_AUTO_NAME = re.compile(r"noname\.(\d+)")  # negotiation.Controller.auto_name
+ID_BITS = 32
+MAX_NUMBER = (1 << 30) - 2  # key << 1 | carry stays an int64; a larger number is announced in full
+
+
+def _template(desc: tuple) -> Tuple[tuple, int]:
+    """`desc` with an automatic name's number taken out (name None, each tensor name its suffix
+    after the request's name), and the number; a named descriptor as it is, and -1."""
+    name = desc[1]
+    match = _AUTO_NAME.fullmatch(name) if isinstance(name, str) else None
+    if match is None or int(match.group(1)) > MAX_NUMBER:
+        return desc, -1
+    tensors = []
+    for tname, dtype, shape in desc[3]:
+        if tname != name and not tname.startswith(name + "."):
+            return desc, -1
+        tensors.append((tname[len(name):], dtype, shape))
+    return (desc[0], None, desc[2], tuple(tensors)) + tuple(desc[4:]), int(match.group(1))
 
 
 class ResponseCache:
@@ -43,11 +68,32 @@ class ResponseCache:
 
     def learn(self, desc: tuple) -> None:
         """`desc` ran on every rank, announced alike by all (call in table order)."""
-        if desc in self.ids or len(self.descs) >= self.capacity:
+        template, _ = _template(desc)
+        if template in self.ids or len(self.descs) >= self.capacity:
             return
-        self.ids[desc] = len(self.descs)
-        self.descs.append(desc)
-        self.carries.append(self._carry(desc))
+        self.ids[template] = len(self.descs)
+        self.descs.append(template)
+        self.carries.append(self._carry(template))
+
+    def key(self, desc: tuple) -> Optional[int]:
+        """What announces `desc` (its id, and an unnamed request's number), or None if not cached."""
+        template, number = _template(desc)
+        cid = self.ids.get(template)
+        return None if cid is None else ((number + 1) << ID_BITS) | cid
+
+    def descriptor(self, key: int) -> tuple:
+        """The full descriptor a key announces (an unnamed request's name and tensor names rebuilt)."""
+        template = self.descs[key & ((1 << ID_BITS) - 1)]
+        number = (key >> ID_BITS) - 1
+        if number < 0:
+            return template
+        name = f"noname.{number}"
+        return (template[0], name, template[2], tuple((name + suffix, dtype, shape)
+                                                      for suffix, dtype, shape in template[3])) + tuple(template[4:])
+
+    def carry(self, key: int) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
+        """What the announced request carries in the round's data (None: nothing)."""
+        return self.carries[key & ((1 << ID_BITS) - 1)]
 
     def _carry(self, desc: tuple) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
         kind, _, (op, prescale, postscale), tensors = desc[:4]

@@ -5,7 +5,7 @@ so from the second step on the cached path runs; every guarantee of the table pa
 1. Results: sum / average / min / max, float and int, grouped, fresh and in place: a repeat is
    carried and bit-equal to the first call (the table path); submitted asynchronously in a
    different order on each rank, every result right.  Repeats too large for the round's data are
-   posted from the round without the table.
+   posted from the round without the table.  Unnamed calls (numbered per call) are cached too.
 2. A cached name whose shape changes on one rank: DDLMismatchError on every rank, one line.
 3. A cached name that one rank refuses (a bad input there): every rank fails with its message.
 4. A rank joins while the others run a cached allreduce: it contributes zeros.
@@ -124,6 +124,26 @@ for step in range(4):
     handles = {name: hvd.allreduce_async(big[name][R], op=hvd.Average, name=name) for name in order}
     bad = [name for name in big if not torch.allclose(hvd.synchronize(handles[name]), sum(big[name]) / N, rtol=1e-6)]
     report(f"large_any_order_{step}", not bad, f"wrong: {bad}")
+
+# 1d. unnamed calls (numbered per call: noname.N) are cached by their template: repeats carried
+# (one host) or posted without the table, right; then one rank's shape differs: an error on
+# every rank that names the call
+small = torch.arange(12, dtype=torch.float32) + R
+before_checks, before_carried = calls["_check"], calls["_run_carried"]
+got = [hvd.allreduce(small, op=hvd.Sum) for _ in range(4)]
+checks, carried = calls["_check"] - before_checks, calls["_run_carried"] - before_carried
+report("unnamed_repeats_cached", checks == (4 if MODE == "off" else 1) and carried == (3 if CARRY else 0),
+       f"{checks} table checks, {carried} carried for 4 unnamed calls")
+want = torch.arange(12, dtype=torch.float32) * N + sum(range(N))
+report("unnamed_repeats_right", all(torch.equal(g, want) for g in got), f"{got[-1]} != {want}")
+pair = [hvd.allreduce_async(small * k, op=hvd.Sum) for k in (1, 2)]  # two unnamed in flight
+report("unnamed_in_flight_right", all(torch.equal(hvd.synchronize(h), want * k) for h, k in zip(pair, (1, 2))))
+try:
+    hvd.allreduce(torch.ones(13 if R == N - 1 else 12), op=hvd.Sum)
+    report("unnamed_cached_mismatch", False, "no error")
+except DDLMismatchError as exc:
+    text = str(exc)
+    report("unnamed_cached_mismatch", "noname." in text and f"rank {N - 1}: [13]" in text and "\n" not in text, text)
 
 # 2. a cached name, the shape changed on the last rank
 x = torch.ones(8)
