@@ -42,19 +42,23 @@ ID_BITS = 32
 MAX_NUMBER = (1 << 30) - 2  # key << 1 | carry stays an int64; a larger number is announced in full
 
 
-def _template(desc: tuple) -> Tuple[tuple, int]:
+def _template(desc: tuple) -> Tuple[Optional[tuple], int]:
     """`desc` with an automatic name's number taken out (name None, each tensor name its suffix
-    after the request's name), and the number; a named descriptor as it is, and -1."""
+    after the request's name), and the number; a named descriptor as it is, and -1.  None for an
+    automatic name numbered past MAX_NUMBER: it would never repeat, so it is not worth a place."""
     name = desc[1]
     match = _AUTO_NAME.fullmatch(name) if isinstance(name, str) else None
-    if match is None or int(match.group(1)) > MAX_NUMBER:
+    if match is None:
         return desc, -1
+    number = int(match.group(1))
     tensors = []
     for tname, dtype, shape in desc[3]:
         if tname != name and not tname.startswith(name + "."):
             return desc, -1
         tensors.append((tname[len(name):], dtype, shape))
-    return (desc[0], None, desc[2], tuple(tensors)) + tuple(desc[4:]), int(match.group(1))
+    if number > MAX_NUMBER:
+        return None, -1
+    return (desc[0], None, desc[2], tuple(tensors)) + tuple(desc[4:]), number
 
 
 class ResponseCache:
@@ -69,7 +73,7 @@ class ResponseCache:
     def learn(self, desc: tuple) -> None:
         """`desc` ran on every rank, announced alike by all (call in table order)."""
         template, _ = _template(desc)
-        if template in self.ids or len(self.descs) >= self.capacity:
+        if template is None or template in self.ids or len(self.descs) >= self.capacity:
             return
         self.ids[template] = len(self.descs)
         self.descs.append(template)
@@ -78,7 +82,7 @@ class ResponseCache:
     def key(self, desc: tuple) -> Optional[int]:
         """What announces `desc` (its id, and an unnamed request's number), or None if not cached."""
         template, number = _template(desc)
-        cid = self.ids.get(template)
+        cid = None if template is None else self.ids.get(template)
         return None if cid is None else ((number + 1) << ID_BITS) | cid
 
     def descriptor(self, key: int) -> tuple:

@@ -87,7 +87,7 @@ class NegotiatedShm:
         """Reduce one negotiated group; returns the flat results (the given outputs, or memory
         picked here where an output is None), or None when shared memory has no room (every rank
         alike: use MPI).  None inputs (a joined rank) contribute zeros."""
-        group, size = self.group, self.group.size
+        size = self.group.size
         self.running = f"allreduce '{names[0]}'" + (f" (+{len(names) - 1} fused)" if len(names) > 1 else "")
         wide = kernels.reduce_dtype(dtype)
         plain = prescale == 1.0 and postscale == 1.0 and (op != "average" or dtype.kind == "f")
