@@ -249,3 +249,36 @@ def test_a_rank_the_launcher_ends_after_another_checkpointed_and_stopped_is_not_
     assert relay_of((1, 75), (0, 137)).first_failure() is None
     assert relay_of((0, 143), (1, 75)).first_failure() == RankExit(0, 143)
     assert relay_of((1, 75), (0, 1)).first_failure() == RankExit(0, 1)
+
+
+def test_a_stop_whose_last_report_the_launcher_dropped_is_still_a_stop():
+    """Seen on the local Slurm (CI): rank 1 exits 75, srun --kill-on-bad-exit ends rank 0 as it
+    exits ("task 0: Terminated", "Force Terminated") and rank 0's report never comes: srun says
+    143.  The job stopped for the walltime (the save was collective, finished before any rank
+    exited 75); without a rank that stopped, or with another launcher status, it did not."""
+    import io
+    import os
+
+    from ddl_runtime.checkpoint.protocol import EXIT_RESUME
+    from wmlce_tools.ddlrun.exitreport import format_report
+    from wmlce_tools.ddlrun.runner import StderrRelay, final_status
+
+    def status(exits, code):
+        token = "00112233aabbccdd"
+        r, w = os.pipe()
+        relay = StderrRelay(os.fdopen(r, "rb"), token, fd=os.open(os.devnull, os.O_WRONLY))
+        relay.start()
+        for rank, c in exits:
+            os.write(w, format_report(token, rank, c))
+        os.close(w)
+        relay.join(timeout=10)
+        err = io.StringIO()
+        return final_status(relay, code, 2, err), err.getvalue()
+
+    got, said = status([(1, 75)], 143)
+    assert got == EXIT_RESUME and "the launcher ended the other 1 as they exited (status 143)" in said
+    assert status([(1, 75)], 137)[0] == EXIT_RESUME
+    assert status([(1, 75), (0, 75)], 1)[0] == EXIT_RESUME      # every rank said so: srun's status does not count
+    assert status([(1, 75)], 1)[0] == 1                         # a rank unaccounted for, a real failure status
+    assert status([], 143)[0] == 143                            # nothing stopped: ended, not a stop
+    assert status([(1, 75), (0, 2)], 143)[0] == 2               # a rank that failed decides

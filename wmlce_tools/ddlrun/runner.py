@@ -184,16 +184,28 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
+    return final_status(relay, code, ranks, err)
+
+
+def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO) -> int:
+    """ddlrun's exit status from the ranks' reports and the launcher's own status `code`.
+
+    A rank that failed first decides it.  Else, once a rank exited EXIT_RESUME (the checkpoint
+    was saved collectively before any rank could), the job stopped for the walltime when every
+    rank said so, or when the launcher ended what was left: srun --kill-on-bad-exit SIGTERMs and
+    then SIGKILLs a rank still in its exit, and the report that rank's shim writes as it ends may
+    then never be forwarded (seen on the local Slurm: "task 0: Terminated", srun 143, one report).
+    """
     first = relay.first_failure()
     if first is not None:
         _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
         return first.code
     stopped = relay.resumable()
-    # every rank reported 75: the launcher's own status does not count (srun --kill-on-bad-exit
-    # may SIGTERM a rank that has reported and is exiting: srun then says 143)
-    if stopped and (code in (0, EXIT_RESUME) or stopped == ranks):
+    if stopped and (code in (0, EXIT_RESUME) + LAUNCHER_KILLED or stopped == ranks):
+        others = "" if ranks is None or stopped >= ranks else \
+            f"; the launcher ended the other {ranks - stopped} as they exited (status {code})"
         _say(err, f"ddlrun: {stopped} rank(s) checkpointed and stopped for the walltime "
-                  f"(exit status {EXIT_RESUME}): the next job of the chain resumes")
+                  f"(exit status {EXIT_RESUME}){others}: the next job of the chain resumes")
         return EXIT_RESUME
     return code
 
