@@ -158,6 +158,43 @@ def test_a_failed_rank_does_not_leave_the_job_hanging(ddlrun):
     assert "stopping the job (SIGTERM)" in r.stderr
 
 
+def test_a_rank_that_stopped_for_the_walltime_ends_the_ranks_that_linger(ddlrun, mpi):
+    """A rank that saved and stopped (75) while another runs on: the save was collective, so the
+    other was ending too; after the grace ddlrun ends it, says which rank it waited for, and the
+    job counts as stopped for the walltime (75), not failed."""
+    args, env = mpi
+    t0 = time.monotonic()
+    r = ddlrun(*args, "-n", "2", "python", SHOW, timeout=60,
+               env={**env, "FAIL_RANK": "1", "FAIL_CODE": "75", "SLEEP_RANK": "0", "WML_DDLRUN_FAIL_GRACE_S": "1"})
+    assert r.returncode == 75, r.stderr
+    assert time.monotonic() - t0 < 40
+    assert "rank 1 stopped for the walltime 1 s ago; rank(s) 0 have not ended: stopping the job (SIGTERM)" in r.stderr
+    assert "stopped for the walltime (exit status 75)" in r.stderr and "failed first" not in r.stderr
+
+
+def test_shim_tells_a_walltime_stop_by_its_report_and_exits_0_to_the_launcher(tmp_path, monkeypatch, capfd):
+    """srun --kill-on-bad-exit ended the step at the first rank that exited 75, killing the others
+    in their exit and dropping their reports (seen on the local Slurm).  With a report to write,
+    the shim reports 75 and exits 0; with none (no ddlrun reading), 75 stays its exit status."""
+    from ddl_runtime.checkpoint.protocol import EXIT_RESUME
+    from wmlce_tools.ddlrun import rankexec
+    from wmlce_tools.ddlrun.exitreport import RankExit, parse_report
+
+    assert rankexec.EXIT_RESUME == EXIT_RESUME
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "1")
+    monkeypatch.setenv("MPI_LOCALRANKID", "0")
+    program = [sys.executable, "-c", "raise SystemExit(75)"]
+    base = ["--size", "1", "--ranks-per-node", "1", "--binding", "none", "--gpus", "", "--mode", "p:1",
+            "--master", "localhost:20000"]
+    token = "0123456789abcdef"
+    assert rankexec.main(base + ["--report", token, "--"] + program) == 0
+    assert parse_report(capfd.readouterr().err.encode(), token) == RankExit(0, 75)
+    assert rankexec.main(base + ["--"] + program) == 75
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    assert rankexec.main(base + ["--report", token, "--"] + failing) == 3
+
+
 def test_shim_reports_a_program_missing_on_its_host(tmp_path, monkeypatch, capfd):
     """ddlrun checks PROGRAM where it runs; on another host it may be missing: the rank says
     so in one line, exits 127 and reports that to ddlrun."""

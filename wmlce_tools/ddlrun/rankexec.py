@@ -16,7 +16,11 @@ DDL_EMULATE_NODES, DDL_TIMELINE, the torchrun variables, and PYTHONUNBUFFERED=1 
 terminal), ``lines`` (read line by line and each line written in one write, so lines of
 different ranks never mix) or ``prefixed`` (the same, as ``[rank] line``).  With
 ``--report TOKEN`` the exit status goes to ddlrun as one stderr line (``exitreport``), so
-ddlrun can report the first failing rank.
+ddlrun can report the first failing rank.  A rank that stopped for the walltime (its program
+exited ``EXIT_RESUME``) then exits 0 to the launcher once its report is written: a planned stop
+is not a bad exit, and srun's ``--kill-on-bad-exit`` would otherwise end the step at the first
+rank out, killing the others in their exit and dropping output not yet forwarded, reports
+included (seen on the local Slurm).  ddlrun reads the 75 from the report.
 
 Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts on every rank.
 """
@@ -48,6 +52,7 @@ from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNAL_ENV = "WML_STOP_SIGNAL"   # ddl_runtime.checkpoint.protocol's name (not imported: this starts on every rank)
+EXIT_RESUME = 75                      # protocol's status of a rank that saved and stopped for the walltime
 RESEND_S = 2.0     # a chained job's stop signal is passed on again this often until the program ends
 WATCH_S = 0.05     # how soon a stop signal that came is first passed on
 
@@ -293,14 +298,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stop = StopRelay.from_env(os.environ)    # first: a stop signal must never kill a starting rank
     settings, output, report, program = _parse(sys.argv[1:] if argv is None else argv)
     rank = -1
-    reported = False
+    tried = written = False
 
     def send_report(code: int) -> None:
-        nonlocal reported
-        if report and rank >= 0 and not reported:
-            reported = True
+        nonlocal tried, written
+        if report and rank >= 0 and not tried:
+            tried = True
             try:
                 os.write(2, format_report(report, rank, code))
+                written = True
             except OSError:
                 pass  # stderr gone: ddlrun falls back on the launcher's exit status
 
@@ -314,6 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"ddlrun: error: {e}\n")
         code = e.code
     send_report(code)
+    if code == EXIT_RESUME and written:
+        return 0     # ddlrun has the 75 from the report; the launcher must not take it for a failure
     return code
 
 

@@ -6,7 +6,10 @@ gets SIGTERM if ddlrun dies; SIGINT/SIGTERM/SIGHUP reaching ddlrun are passed on
 is SIGUSR1, the stop request of a chained job (``wml submit --chain``: checkpoint and stop
 before the walltime; one that arrives while the launcher is starting is passed on once it runs).
 Ranks that all stop for the walltime exit ``EXIT_RESUME`` (75): ddlrun exits 75 too, with a
-line saying so, not as a failure.
+line saying so, not as a failure.  Each rank's shim reports that 75 and exits 0 to the launcher
+(``rankexec``: a planned stop must not trip srun's --kill-on-bad-exit), so ddlrun itself ends
+ranks still running ``FAIL_GRACE_S`` seconds after the first stopped (the save was collective:
+they were ending too).
 The launcher's stderr passes through ddlrun, which takes out each rank's exit report
 (``exitreport``): once a rank fails, the others get ``FAIL_GRACE_S`` seconds to finish (a
 line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a rank
@@ -80,6 +83,17 @@ class StderrRelay(threading.Thread):
                 elif e.code != 0:
                     return e
             return None
+
+    def first_stop(self) -> Optional[RankExit]:
+        """The first rank that exited EXIT_RESUME (saved and stopped for the walltime), if any."""
+        with self._lock:
+            return next((e for e in self._exits if e.code == EXIT_RESUME), None)
+
+    def still_running(self, ranks: int) -> List[int]:
+        """The ranks of 0..ranks-1 whose exit has not been reported."""
+        with self._lock:
+            done = {e.rank for e in self._exits}
+        return [r for r in range(ranks) if r not in done]
 
     def resumable(self) -> int:
         """How many ranks exited EXIT_RESUME or were ended by the launcher after one had."""
@@ -157,6 +171,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     relay.start()
     try:
         failed_at: Optional[float] = None
+        stopped_at: Optional[float] = None
         stop_sent: Optional[float] = None
         while True:
             try:
@@ -171,6 +186,15 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
                     failed_at = now
                     _say(err, f"ddlrun: rank {first.rank} exited with status {first.code}; "
                               f"stopping the other ranks in {grace:g} s unless they finish")
+                elif stopped_at is None and relay.first_stop() is not None:
+                    stopped_at = now      # the others are saving's partners: they end at once
+            if failed_at is None and stopped_at is not None and stop_sent is None and now - stopped_at > grace:
+                left = relay.still_running(ranks) if ranks else []
+                _say(err, f"ddlrun: rank {relay.first_stop().rank} stopped for the walltime {grace:g} s ago; "
+                          + (f"rank(s) {', '.join(map(str, left))} have not ended: " if left else "")
+                          + "stopping the job (SIGTERM)")
+                _signal_group(proc, signal.SIGTERM)
+                stop_sent = now
             if failed_at is not None and stop_sent is None and now - failed_at > grace:
                 _say(err, "ddlrun: stopping the job (SIGTERM)")
                 _signal_group(proc, signal.SIGTERM)
