@@ -224,31 +224,45 @@ def test_stderr_relay_takes_out_exit_reports(tmp_path):
     assert (tmp_path / "stderr").read_bytes() == b"[0] warming up\n[0] late\n" + format_report("ffffffffffffffff", 0, 9)
 
 
-def test_a_rank_the_launcher_ends_after_another_checkpointed_and_stopped_is_not_the_failure(tmp_path):
+def _relay_of(*exits):
+    """A StderrRelay that has read these (rank, status) exit reports."""
+    import os
+
+    from wmlce_tools.ddlrun.exitreport import format_report
+    from wmlce_tools.ddlrun.runner import StderrRelay
+
+    token = "00112233aabbccdd"
+    r, w = os.pipe()
+    relay = StderrRelay(os.fdopen(r, "rb"), token, fd=os.open(os.devnull, os.O_WRONLY))
+    relay.start()
+    for rank, code in exits:
+        os.write(w, format_report(token, rank, code))
+    os.close(w)
+    relay.join(timeout=10)
+    return relay
+
+
+def _final(exits, code, stop_asked=False):
+    """ddlrun's status for a 2-rank job with these reports and launcher status, and what it said."""
+    import io
+
+    from wmlce_tools.ddlrun.runner import final_status
+
+    err = io.StringIO()
+    return final_status(_relay_of(*exits), code, 2, err, stop_asked=stop_asked), err.getvalue()
+
+
+def test_a_rank_the_launcher_ends_after_another_checkpointed_and_stopped_is_not_the_failure():
     """Seen on the local Slurm: rank 1 exits 75 (the collective save is complete), srun's
     --kill-on-bad-exit SIGTERMs rank 0 while it is exiting (143): the job stopped for the walltime,
     it did not fail.  A 143 before any rank stopped is a failure, and so is any other status after."""
-    import os
+    from wmlce_tools.ddlrun.exitreport import RankExit
 
-    from wmlce_tools.ddlrun.exitreport import RankExit, format_report
-    from wmlce_tools.ddlrun.runner import StderrRelay
-
-    def relay_of(*exits):
-        token = "00112233aabbccdd"
-        r, w = os.pipe()
-        relay = StderrRelay(os.fdopen(r, "rb"), token, fd=os.open(os.devnull, os.O_WRONLY))
-        relay.start()
-        for rank, code in exits:
-            os.write(w, format_report(token, rank, code))
-        os.close(w)
-        relay.join(timeout=10)
-        return relay
-
-    stopped = relay_of((1, 75), (0, 143))
+    stopped = _relay_of((1, 75), (0, 143))
     assert stopped.first_failure() is None and stopped.resumable() == 2
-    assert relay_of((1, 75), (0, 137)).first_failure() is None
-    assert relay_of((0, 143), (1, 75)).first_failure() == RankExit(0, 143)
-    assert relay_of((1, 75), (0, 1)).first_failure() == RankExit(0, 1)
+    assert _relay_of((1, 75), (0, 137)).first_failure() is None
+    assert _relay_of((0, 143), (1, 75)).first_failure() == RankExit(0, 143)
+    assert _relay_of((1, 75), (0, 1)).first_failure() == RankExit(0, 1)
 
 
 def test_a_stop_whose_last_report_the_launcher_dropped_is_still_a_stop():
@@ -256,29 +270,26 @@ def test_a_stop_whose_last_report_the_launcher_dropped_is_still_a_stop():
     exits ("task 0: Terminated", "Force Terminated") and rank 0's report never comes: srun says
     143.  The job stopped for the walltime (the save was collective, finished before any rank
     exited 75); without a rank that stopped, or with another launcher status, it did not."""
-    import io
-    import os
-
     from ddl_runtime.checkpoint.protocol import EXIT_RESUME
-    from wmlce_tools.ddlrun.exitreport import format_report
-    from wmlce_tools.ddlrun.runner import StderrRelay, final_status
 
-    def status(exits, code):
-        token = "00112233aabbccdd"
-        r, w = os.pipe()
-        relay = StderrRelay(os.fdopen(r, "rb"), token, fd=os.open(os.devnull, os.O_WRONLY))
-        relay.start()
-        for rank, c in exits:
-            os.write(w, format_report(token, rank, c))
-        os.close(w)
-        relay.join(timeout=10)
-        err = io.StringIO()
-        return final_status(relay, code, 2, err), err.getvalue()
+    got, said = _final([(1, 75)], 143)
+    assert got == EXIT_RESUME and "the launcher ended rank(s) 0 as they exited (status 143)" in said
+    assert _final([(1, 75)], 137)[0] == EXIT_RESUME
+    assert _final([(1, 75), (0, 75)], 1)[0] == EXIT_RESUME      # every rank said so: the launcher's status does not count
+    assert _final([(1, 75)], 1)[0] == 1                         # a rank unaccounted for, a real failure status
+    assert _final([], 143)[0] == 143                            # nothing stopped: ended, not a stop
+    assert _final([(1, 75), (0, 2)], 143)[0] == 2               # a rank that failed decides
 
-    got, said = status([(1, 75)], 143)
-    assert got == EXIT_RESUME and "the launcher ended the other 1 as they exited (status 143)" in said
-    assert status([(1, 75)], 137)[0] == EXIT_RESUME
-    assert status([(1, 75), (0, 75)], 1)[0] == EXIT_RESUME      # every rank said so: srun's status does not count
-    assert status([(1, 75)], 1)[0] == 1                         # a rank unaccounted for, a real failure status
-    assert status([], 143)[0] == 143                            # nothing stopped: ended, not a stop
-    assert status([(1, 75), (0, 2)], 143)[0] == 2               # a rank that failed decides
+
+def test_after_a_stop_request_a_launcher_0_with_a_report_missing_is_not_taken_for_finished():
+    """A stopped rank exits 0 to the launcher (its 75 goes in its report), so were a report lost,
+    0 could be a stopped run: after a stop request ddlrun exits 75 then (the chain resumes; a
+    finished run only repeats its end), naming the rank; without a request, 0 stays 0."""
+    from ddl_runtime.checkpoint.protocol import EXIT_RESUME
+
+    got, said = _final([(0, 0)], 0, stop_asked=True)
+    assert got == EXIT_RESUME and "rank(s) 1 never reported how they ended" in said
+    assert _final([(0, 0)], 0)[0] == 0
+    assert _final([(0, 0), (1, 0)], 0, stop_asked=True)[0] == 0       # both finished: finished
+    got, said = _final([(1, 75)], 0, stop_asked=True)
+    assert got == EXIT_RESUME and "rank(s) 0 did not report" in said

@@ -155,8 +155,17 @@ def fail_grace_s(env=os.environ) -> float:
 def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
                ranks: Optional[int] = None) -> int:
     early: List[int] = []          # signals that came before the launcher existed
+    received: List[int] = []
     launched: List[subprocess.Popen] = []
-    handlers = _forward_signals(lambda sig: _signal_group(launched[0], sig) if launched else early.append(sig))
+
+    def forward(sig: int) -> None:
+        received.append(sig)
+        if launched:
+            _signal_group(launched[0], sig)
+        else:
+            early.append(sig)
+
+    handlers = _forward_signals(forward)
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=TERM_ON_PARENT_DEATH)
@@ -191,7 +200,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
             if failed_at is None and stopped_at is not None and stop_sent is None and now - stopped_at > grace:
                 left = relay.still_running(ranks) if ranks else []
                 _say(err, f"ddlrun: rank {relay.first_stop().rank} stopped for the walltime {grace:g} s ago; "
-                          + (f"rank(s) {', '.join(map(str, left))} have not ended: " if left else "")
+                          + (f"rank(s) {_names(left)} have not ended: " if left else "")
                           + "stopping the job (SIGTERM)")
                 _signal_group(proc, signal.SIGTERM)
                 stop_sent = now
@@ -208,10 +217,11 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
-    return final_status(relay, code, ranks, err)
+    return final_status(relay, code, ranks, err, stop_asked=STOP_SIGNAL in received)
 
 
-def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO) -> int:
+def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
+                 stop_asked: bool = False) -> int:
     """ddlrun's exit status from the ranks' reports and the launcher's own status `code`.
 
     A rank that failed first decides it.  Else, once a rank exited EXIT_RESUME (the checkpoint
@@ -219,19 +229,36 @@ def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextI
     rank said so, or when the launcher ended what was left: srun --kill-on-bad-exit SIGTERMs and
     then SIGKILLs a rank still in its exit, and the report that rank's shim writes as it ends may
     then never be forwarded (seen on the local Slurm: "task 0: Terminated", srun 143, one report).
+    A stopped rank exits 0 to the launcher (rankexec), so after a stop request (`stop_asked`) a
+    launcher status 0 with a rank's report missing cannot tell a finished run from a stopped one:
+    EXIT_RESUME then, since a chain that resumes a finished run only repeats its end, while one that
+    takes a stopped run for finished loses the rest of the training.
     """
     first = relay.first_failure()
     if first is not None:
         _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
         return first.code
     stopped = relay.resumable()
+    missing = relay.still_running(ranks) if ranks else []
     if stopped and (code in (0, EXIT_RESUME) + LAUNCHER_KILLED or stopped == ranks):
-        others = "" if ranks is None or stopped >= ranks else \
-            f"; the launcher ended the other {ranks - stopped} as they exited (status {code})"
+        others = ""
+        if missing and code in LAUNCHER_KILLED:
+            others = f"; the launcher ended rank(s) {_names(missing)} as they exited (status {code})"
+        elif missing:
+            others = f"; rank(s) {_names(missing)} did not report"
         _say(err, f"ddlrun: {stopped} rank(s) checkpointed and stopped for the walltime "
                   f"(exit status {EXIT_RESUME}){others}: the next job of the chain resumes")
         return EXIT_RESUME
+    if stop_asked and code == 0 and missing:
+        _say(err, f"ddlrun: the stop signal came, the launcher exited 0, but rank(s) {_names(missing)} never "
+                  f"reported how they ended: exiting {EXIT_RESUME}, so that the next job of the chain resumes "
+                  "from the last checkpoint rather than taking the run as finished")
+        return EXIT_RESUME
     return code
+
+
+def _names(ranks: List[int]) -> str:
+    return ", ".join(map(str, ranks))
 
 
 def _say(err: TextIO, line: str) -> None:
@@ -247,6 +274,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+STOP_SIGNAL = signal.SIGUSR1     # a chained job's stop request (wmlce_tools.chain.spec.STOP_SIGNAL)
 
 
 def _forward_signals(fn: Callable[[int], None]) -> dict:
