@@ -242,14 +242,14 @@ def _relay_of(*exits):
     return relay
 
 
-def _final(exits, code, stop_asked=False):
+def _final(exits, code, chained=False):
     """ddlrun's status for a 2-rank job with these reports and launcher status, and what it said."""
     import io
 
     from wmlce_tools.ddlrun.runner import final_status
 
     err = io.StringIO()
-    return final_status(_relay_of(*exits), code, 2, err, stop_asked=stop_asked), err.getvalue()
+    return final_status(_relay_of(*exits), code, 2, err, chained=chained), err.getvalue()
 
 
 def test_a_rank_the_launcher_ends_after_another_checkpointed_and_stopped_is_not_the_failure():
@@ -281,15 +281,16 @@ def test_a_stop_whose_last_report_the_launcher_dropped_is_still_a_stop():
     assert _final([(1, 75), (0, 2)], 143)[0] == 2               # a rank that failed decides
 
 
-def test_after_a_stop_request_a_launcher_0_with_a_report_missing_is_not_taken_for_finished():
+def test_in_a_chained_job_a_launcher_0_with_a_report_missing_is_not_taken_for_finished():
     """A stopped rank exits 0 to the launcher (its 75 goes in its report), so were a report lost,
-    0 could be a stopped run: after a stop request ddlrun exits 75 then (the chain resumes; a
-    finished run only repeats its end), naming the rank; without a request, 0 stays 0."""
+    0 could be a stopped run: in a chained job ddlrun exits 75 then (the chain resumes; a finished
+    run only repeats its end), naming the rank; outside a chain, 0 stays 0."""
     from ddl_runtime.checkpoint.protocol import EXIT_RESUME
 
-    got, said = _final([(0, 0)], 0, stop_asked=True)
+    got, said = _final([(0, 0)], 0, chained=True)
     assert got == EXIT_RESUME and "rank(s) 1 never reported how they ended" in said
     assert _final([(0, 0)], 0)[0] == 0
-    assert _final([(0, 0), (1, 0)], 0, stop_asked=True)[0] == 0       # both finished: finished
-    got, said = _final([(1, 75)], 0, stop_asked=True)
+    assert _final([(0, 0), (1, 0)], 0, chained=True)[0] == 0          # both finished: finished
+    got, said = _final([(1, 75)], 0, chained=True)
     assert got == EXIT_RESUME and "rank(s) 0 did not report" in said
+

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import IO, Callable, List, Optional, TextIO
 
-from ddl_runtime.checkpoint.protocol import EXIT_RESUME
+from ddl_runtime.checkpoint.protocol import EXIT_RESUME, STOP_SIGNAL_ENV
 
 from ..quoting import sh_join
 from .exitreport import RankExit, new_token, parse_report
@@ -155,17 +155,8 @@ def fail_grace_s(env=os.environ) -> float:
 def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
                ranks: Optional[int] = None) -> int:
     early: List[int] = []          # signals that came before the launcher existed
-    received: List[int] = []
     launched: List[subprocess.Popen] = []
-
-    def forward(sig: int) -> None:
-        received.append(sig)
-        if launched:
-            _signal_group(launched[0], sig)
-        else:
-            early.append(sig)
-
-    handlers = _forward_signals(forward)
+    handlers = _forward_signals(lambda sig: _signal_group(launched[0], sig) if launched else early.append(sig))
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=TERM_ON_PARENT_DEATH)
@@ -217,11 +208,11 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
-    return final_status(relay, code, ranks, err, stop_asked=STOP_SIGNAL in received)
+    return final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)))
 
 
 def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
-                 stop_asked: bool = False) -> int:
+                 chained: bool = False) -> int:
     """ddlrun's exit status from the ranks' reports and the launcher's own status `code`.
 
     A rank that failed first decides it.  Else, once a rank exited EXIT_RESUME (the checkpoint
@@ -229,10 +220,11 @@ def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextI
     rank said so, or when the launcher ended what was left: srun --kill-on-bad-exit SIGTERMs and
     then SIGKILLs a rank still in its exit, and the report that rank's shim writes as it ends may
     then never be forwarded (seen on the local Slurm: "task 0: Terminated", srun 143, one report).
-    A stopped rank exits 0 to the launcher (rankexec), so after a stop request (`stop_asked`) a
-    launcher status 0 with a rank's report missing cannot tell a finished run from a stopped one:
-    EXIT_RESUME then, since a chain that resumes a finished run only repeats its end, while one that
-    takes a stopped run for finished loses the rest of the training.
+    A stopped rank exits 0 to the launcher (rankexec), so in a chained job (`chained`: the chain's
+    stop signal is set; the program may also stop on its own step budget) a launcher status 0 with
+    a rank's report missing cannot tell a finished run from a stopped one: EXIT_RESUME then, since a
+    chain that resumes a finished run only repeats its end, while one that takes a stopped run for
+    finished loses the rest of the training.
     """
     first = relay.first_failure()
     if first is not None:
@@ -249,8 +241,8 @@ def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextI
         _say(err, f"ddlrun: {stopped} rank(s) checkpointed and stopped for the walltime "
                   f"(exit status {EXIT_RESUME}){others}: the next job of the chain resumes")
         return EXIT_RESUME
-    if stop_asked and code == 0 and missing:
-        _say(err, f"ddlrun: the stop signal came, the launcher exited 0, but rank(s) {_names(missing)} never "
+    if chained and code == 0 and missing:
+        _say(err, f"ddlrun: a chained job's launcher exited 0, but rank(s) {_names(missing)} never "
                   f"reported how they ended: exiting {EXIT_RESUME}, so that the next job of the chain resumes "
                   "from the last checkpoint rather than taking the run as finished")
         return EXIT_RESUME
@@ -274,7 +266,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
-STOP_SIGNAL = signal.SIGUSR1     # a chained job's stop request (wmlce_tools.chain.spec.STOP_SIGNAL)
 
 
 def _forward_signals(fn: Callable[[int], None]) -> dict:
