@@ -39,14 +39,14 @@ def _math_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else np.dtype(np.float64)
 
 
-def _exchange(comm: MPI.Comm, send: np.ndarray, recv: np.ndarray, peer: int, idle: Callable[[], None]) -> None:
+def _exchange(comm: MPI.Comm, send: np.ndarray, recv: np.ndarray, peer: int, idle: Callable[[int], None]) -> None:
     requests = [comm.Irecv([recv.view(np.uint8), MPI.BYTE], source=peer, tag=TAG),
                 comm.Isend([send.view(np.uint8), MPI.BYTE], dest=peer, tag=TAG)]
     while not MPI.Request.Testall(requests):
-        idle()
+        idle(peer)
 
 
-def _group_sum(comm: MPI.Comm, values: np.ndarray, span: int, idle: Callable[[], None]) -> np.ndarray:
+def _group_sum(comm: MPI.Comm, values: np.ndarray, span: int, idle: Callable[[int], None]) -> np.ndarray:
     """Sum `values` over the `span` ranks sharing this rank's bits above log2(span) (recursive doubling,
     lower rank's part first, so every rank of the group gets the very same sums)."""
     rank = comm.Get_rank()
@@ -62,9 +62,10 @@ def _group_sum(comm: MPI.Comm, values: np.ndarray, span: int, idle: Callable[[],
 
 def allreduce(comm: MPI.Comm, inputs: Sequence[Optional[np.ndarray]], outputs: Sequence[np.ndarray],
               dtype: np.dtype, counts: Sequence[int], prescale: float, postscale: float,
-              idle: Callable[[], None] = lambda: None) -> None:
-    """Adasum of a fused group over every rank of `comm` into `outputs` (blocking; `idle` is called
-    while waiting for a peer and may raise).  None inputs (a joined rank) contribute zeros."""
+              idle: Callable[[int], None] = lambda peer: None) -> None:
+    """Adasum of a fused group over every rank of `comm` into `outputs` (blocking; `idle(peer)` is
+    called while waiting for that rank of `comm` and may raise).  None inputs (a joined rank)
+    contribute zeros."""
     size, rank = comm.Get_size(), comm.Get_rank()
     if not is_power_of_two(size):
         raise ValueError(f"Adasum needs a power-of-two number of ranks, got {size}")
@@ -106,7 +107,7 @@ def allreduce(comm: MPI.Comm, inputs: Sequence[Optional[np.ndarray]], outputs: S
 
 
 def _combine(comm: MPI.Comm, buf: np.ndarray, recv: np.ndarray, lo: int, hi: int, offsets: np.ndarray,
-             left: bool, span: int, math: np.dtype, idle: Callable[[], None]) -> None:
+             left: bool, span: int, math: np.dtype, idle: Callable[[int], None]) -> None:
     """Combine this rank's slice [lo, hi) of a (its group's vector) with b (the peer group's), per tensor."""
     ntensors = len(offsets) - 1
     parts = []

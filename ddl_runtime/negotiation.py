@@ -714,18 +714,37 @@ class _AdasumFlight(kernels.InFlight):
             if handle is not None and outputs[j] is None:
                 outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
         outs = [o if o is not None else np.empty(n, dtype=dtype) for o, n in zip(outputs, counts)]
-        gone_since: List[float] = []
+        what = f"allreduce '{self.group[0][2][0]}' (Adasum" + (f", +{len(self.group) - 1} fused)" if len(self.group) > 1
+                                                             else ")")
+        start = time.monotonic()
+        clock = {"warned": start, "gone": None}
 
-        def idle() -> None:  # a peer that shut down never sends its half
+        def idle(peer: int) -> None:  # a peer busy elsewhere is named; one that shut down never sends its half
+            now = time.monotonic()
+            waited = now - start
+            if now - clock["warned"] >= ctl.stall_warning_s:
+                clock["warned"] = now
+                _log.log(f"{what}: waiting for rank {ctl.global_ranks[peer]} to exchange its half for {waited:.0f} s")
             gone = ctl._departed_peers()
             if gone:
-                gone_since.append(time.monotonic())
-                if gone_since[-1] - gone_since[0] >= DEPARTED_GRACE_S:
-                    raise DDLError(f"allreduce (Adasum): {_ranks(gone)} shut down (finalize or exit) without "
-                                   "taking part in it")
-            time.sleep(0)
+                clock["gone"] = clock["gone"] or now
+                if now - clock["gone"] >= DEPARTED_GRACE_S:
+                    ctl.broken = f"{what} was abandoned in mid-transfer: {_ranks(gone)} shut down"
+                    raise DDLError(f"{what}: {_ranks(gone)} shut down (finalize or exit) without taking part in it")
+            if ctl.stall_shutdown_s is not None and waited >= ctl.stall_shutdown_s:
+                ctl.broken = f"{what} was abandoned in mid-transfer after {waited:.0f} s"
+                raise DDLError(f"{what}: rank {ctl.global_ranks[peer]} did not exchange its half for {waited:.0f} s; "
+                               "giving up")
+            if waited > 1.0:
+                time.sleep(0.0005)
+            else:
+                os.sched_yield()
 
-        adasum.allreduce(ctl.data, inputs, outs, dtype, counts, prescale, postscale, idle)
+        try:
+            adasum.allreduce(ctl.data, inputs, outs, dtype, counts, prescale, postscale, idle)
+        except DDLError as exc:  # the group's requests fail with it (this set is broken: see idle)
+            for h in self.handles:
+                h.error = h.error or exc
         self.done = True
         return True
 

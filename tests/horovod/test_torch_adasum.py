@@ -25,6 +25,12 @@ def test_adasum_refuses_three_ranks_on_every_rank_as_horovod_does(hvd_run):
     assert result.checks("OK") == ["non_power_of_two"] * 3
 
 
+def test_an_adasum_exchange_names_the_rank_it_waits_for(hvd_run):
+    result = hvd_run(2, "torch_adasum_stall.py", env={"DDL_STALL_WARNING_S": "1"})
+    result.assert_ok(2, expected_checks=1)
+    assert "allreduce 'slow' (Adasum): waiting for rank 1 to exchange its half for" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("dot,an,bn,want", [
     (0.0, 4.0, 9.0, (1.0, 1.0)),          # orthogonal: the sum
     (4.0, 4.0, 4.0, (0.5, 0.5)),          # equal: the average
