@@ -671,44 +671,47 @@ class Controller:
                 pass
 
 
-class _ShmFlight(kernels.InFlight):
-    """An allreduce group for the global set's shared memory (shm/negotiated.py), run when tested."""
+class _BlockingFlight(kernels.InFlight):
+    """An allreduce group that runs, blocking, when first tested outside a submit (its subclass's
+    `run(controller)`); transfers are tested in the order posted, alike on every rank, so the
+    peers meet in the same one."""
+
+    LABEL = "ALLREDUCE"
 
     def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
-        super().__init__([], lambda: None, "ALLREDUCE")
+        super().__init__([], lambda: None, self.LABEL)
         self.controller, self.group, self.handles, self.args = controller, group, handles, args
 
     def test(self) -> bool:
-        ctl = self.controller
-        if self.done or ctl._submitting:
+        if self.done or self.controller._submitting:
             return self.done
         self.started = time.perf_counter()
-        results = ctl.shm.allreduce(*self.args)
+        self.run(self.controller)
         self.done = True
+        return True
+
+
+class _ShmFlight(_BlockingFlight):
+    """An allreduce group for the global set's shared memory (shm/negotiated.py)."""
+
+    def run(self, ctl: Controller) -> None:
+        results = ctl.shm.allreduce(*self.args)
         if results is None:  # no room in shared memory (every rank alike): the MPI path after all
             inputs, outputs, dtype, counts, names, op, prescale, postscale = self.args
             ctl._post_allreduce_mpi(self.group, inputs, outputs, dtype, counts, names, self.handles, op, prescale,
                                     postscale)  # tracked after this one: _test_transfers tests it in this pass
-            return True
+            return
         for (handle, i, (_, _, shape)), result in zip(self.group, results):
             if handle is not None and handle.request.outputs[i] is None:
                 handle.request.outputs[i] = result.reshape(shape)
-        return True
 
 
-class _AdasumFlight(kernels.InFlight):
-    """An Adasum group (adasum.py): point-to-point exchanges run, blocking, when first tested; flights
-    are tested in the order posted, alike on every rank, so peers meet in the same exchange."""
+class _AdasumFlight(_BlockingFlight):
+    """An Adasum group (adasum.py): point-to-point exchanges with the peers."""
 
-    def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
-        super().__init__([], lambda: None, "ADASUM")
-        self.controller, self.group, self.handles, self.args = controller, group, handles, args
+    LABEL = "ADASUM"
 
-    def test(self) -> bool:
-        ctl = self.controller
-        if self.done or ctl._submitting:
-            return self.done
-        self.started = time.perf_counter()
+    def run(self, ctl: Controller) -> None:
         inputs, outputs, dtype, counts, prescale, postscale = self.args
         for j, (handle, i, (_, _, shape)) in enumerate(self.group):
             if handle is not None and outputs[j] is None:
@@ -745,8 +748,6 @@ class _AdasumFlight(kernels.InFlight):
         except DDLError as exc:  # the group's requests fail with it (this set is broken: see idle)
             for h in self.handles:
                 h.error = h.error or exc
-        self.done = True
-        return True
 
 
 def _nbytes(t: tuple) -> int:
