@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
+from . import adasum, kernels
 from . import log as _log
 from .errors import DDLError, DDLInputError, DDLMismatchError
 from .shm.output_pool import RESULTS
@@ -59,6 +59,9 @@ class Request:
     outputs: List[Optional[np.ndarray]] = field(default_factory=list)
     extra: Any = None  # alltoall: the splits (rows sent to each rank)
     error: Optional[str] = None  # a rank-local bad input: announced so that every rank fails, not just this one
+    device: str = "cpu"  # where the caller's tensors live ("cpu", "cuda"): ranks must agree, as on dtypes.
+    # Off the CPU the caller scales (pre/postscale, the average's division) on the device in the
+    # tensor's dtype, as Horovod's GPU build does; the engine only combines (engine_params)
 
     @property
     def key(self) -> str:
@@ -66,7 +69,16 @@ class Request:
         return f"{self.kind}.{self.name}"
 
     def descriptor(self) -> tuple:
-        return (self.kind, self.name, self.params, tuple(self.tensors), self.extra, self.error)
+        return (self.kind, self.name, self.params, tuple(self.tensors), self.extra, self.error, self.device)
+
+
+def engine_params(desc: tuple) -> tuple:
+    """The (op, prescale, postscale) the engine applies to a reduction's descriptor: as announced
+    for host tensors; for device tensors only the combination (their caller scales on the device)."""
+    params = desc[2]
+    if len(desc) < 7 or desc[6] == "cpu":
+        return params
+    return ("sum" if params[0] == "average" else params[0], 1.0, 1.0)
 
 
 class Handle:
@@ -407,10 +419,11 @@ class Controller:
     def _fuse(self, fused: "OrderedDict[tuple, list]", handle: Optional[Handle], desc: tuple) -> None:
         """Add a negotiated allreduce's tensors to the groups fused per dtype and op (a group may mix
         dtypes); a group over the fusion size is posted as it fills (shared memory: any size)."""
+        params = engine_params(desc)
         for i, tensor in enumerate(desc[3]):
-            key = (tensor[1], desc[2])
+            key = (tensor[1], params)
             group = fused.setdefault(key, [])
-            if self.shm is not None and self.shm.takes(tensor[1], desc[2][0]):
+            if self.shm is not None and self.shm.takes(tensor[1], params[0]):
                 group.append((handle, i, tensor))
                 continue
             nbytes = sum(_nbytes(t) for _, _, t in group)
@@ -433,6 +446,9 @@ class Controller:
         if bad:
             return f"{what}: " + "; ".join(f"rank {self.global_ranks[r]} refused its input: {msg}"
                                           for r, msg in sorted(bad.items()))
+        if len({d[6] if len(d) > 6 else "cpu" for d in descs.values()}) > 1:
+            return (f"{what}: mismatched CPU/GPU device selection, ranks pass tensors on different devices: "
+                    + _sides(descs, lambda d: d[6] if len(d) > 6 else "cpu", self.global_ranks))
         if len({d[2] for d in descs.values()}) > 1:
             label = {"allreduce": "op/scale factors", "reducescatter": "op/scale factors",
                      "broadcast": "root rank"}.get(kind, "arguments")
@@ -475,6 +491,10 @@ class Controller:
             else:  # a joined rank contributes zeros
                 inputs.append(None)
                 outputs.append(None)
+        if op == "adasum":
+            self._track(_AdasumFlight(self, group, handles, (inputs, outputs, dtype, counts, prescale, postscale)),
+                        handles, names)
+            return
         if self.shm is not None and self.shm.takes(key[0], op):
             # a transfer that runs (blocking, in shared memory) when first tested outside a submit;
             # transfers are tested in the order posted, i.e. in table order, alike on every rank
@@ -520,7 +540,7 @@ class Controller:
             req.outputs = [out]
             flights.append(kernels.post_alltoall(self.data, req.inputs[0], out, req.extra, recv, "ALLTOALL"))
         elif kind == "reducescatter":
-            op, prescale, postscale = req.params
+            op, prescale, postscale = engine_params(desc)
             divisor = self.size if op == "average" else 1
             for i, (_, _, shape) in enumerate(req.tensors):
                 rows = kernels.scatter_rows(shape[0], self.size)
@@ -651,29 +671,83 @@ class Controller:
                 pass
 
 
-class _ShmFlight(kernels.InFlight):
-    """An allreduce group for the global set's shared memory (shm/negotiated.py), run when tested."""
+class _BlockingFlight(kernels.InFlight):
+    """An allreduce group that runs, blocking, when first tested outside a submit (its subclass's
+    `run(controller)`); transfers are tested in the order posted, alike on every rank, so the
+    peers meet in the same one."""
+
+    LABEL = "ALLREDUCE"
 
     def __init__(self, controller: Controller, group: list, handles: list, args: tuple):
-        super().__init__([], lambda: None, "ALLREDUCE")
+        super().__init__([], lambda: None, self.LABEL)
         self.controller, self.group, self.handles, self.args = controller, group, handles, args
 
     def test(self) -> bool:
-        ctl = self.controller
-        if self.done or ctl._submitting:
+        if self.done or self.controller._submitting:
             return self.done
         self.started = time.perf_counter()
-        results = ctl.shm.allreduce(*self.args)
+        self.run(self.controller)
         self.done = True
+        return True
+
+
+class _ShmFlight(_BlockingFlight):
+    """An allreduce group for the global set's shared memory (shm/negotiated.py)."""
+
+    def run(self, ctl: Controller) -> None:
+        results = ctl.shm.allreduce(*self.args)
         if results is None:  # no room in shared memory (every rank alike): the MPI path after all
             inputs, outputs, dtype, counts, names, op, prescale, postscale = self.args
             ctl._post_allreduce_mpi(self.group, inputs, outputs, dtype, counts, names, self.handles, op, prescale,
                                     postscale)  # tracked after this one: _test_transfers tests it in this pass
-            return True
+            return
         for (handle, i, (_, _, shape)), result in zip(self.group, results):
             if handle is not None and handle.request.outputs[i] is None:
                 handle.request.outputs[i] = result.reshape(shape)
-        return True
+
+
+class _AdasumFlight(_BlockingFlight):
+    """An Adasum group (adasum.py): point-to-point exchanges with the peers."""
+
+    LABEL = "ADASUM"
+
+    def run(self, ctl: Controller) -> None:
+        inputs, outputs, dtype, counts, prescale, postscale = self.args
+        for j, (handle, i, (_, _, shape)) in enumerate(self.group):
+            if handle is not None and outputs[j] is None:
+                outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
+        outs = [o if o is not None else np.empty(n, dtype=dtype) for o, n in zip(outputs, counts)]
+        what = f"allreduce '{self.group[0][2][0]}' (Adasum" + (f", +{len(self.group) - 1} fused)" if len(self.group) > 1
+                                                             else ")")
+        start = time.monotonic()
+        clock = {"warned": start, "gone": None}
+
+        def idle(peer: int) -> None:  # a peer busy elsewhere is named; one that shut down never sends its half
+            now = time.monotonic()
+            waited = now - start
+            if now - clock["warned"] >= ctl.stall_warning_s:
+                clock["warned"] = now
+                _log.log(f"{what}: waiting for rank {ctl.global_ranks[peer]} to exchange its half for {waited:.0f} s")
+            gone = ctl._departed_peers()
+            if gone:
+                clock["gone"] = clock["gone"] or now
+                if now - clock["gone"] >= DEPARTED_GRACE_S:
+                    ctl.broken = f"{what} was abandoned in mid-transfer: {_ranks(gone)} shut down"
+                    raise DDLError(f"{what}: {_ranks(gone)} shut down (finalize or exit) without taking part in it")
+            if ctl.stall_shutdown_s is not None and waited >= ctl.stall_shutdown_s:
+                ctl.broken = f"{what} was abandoned in mid-transfer after {waited:.0f} s"
+                raise DDLError(f"{what}: rank {ctl.global_ranks[peer]} did not exchange its half for {waited:.0f} s; "
+                               "giving up")
+            if waited > 1.0:
+                time.sleep(0.0005)
+            else:
+                os.sched_yield()
+
+        try:
+            adasum.allreduce(ctl.data, inputs, outs, dtype, counts, prescale, postscale, idle)
+        except DDLError as exc:  # the group's requests fail with it (this set is broken: see idle)
+            for h in self.handles:
+                h.error = h.error or exc
 
 
 def _nbytes(t: tuple) -> int:

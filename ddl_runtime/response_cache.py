@@ -101,7 +101,8 @@ class ResponseCache:
 
     def _carry(self, desc: tuple) -> Optional[Tuple[np.dtype, Tuple[int, ...], int]]:
         kind, _, (op, prescale, postscale), tensors = desc[:4]
-        if kind != "allreduce" or op not in CARRY_OPS or prescale != 1.0 or postscale != 1.0 or not tensors:
+        if kind != "allreduce" or op not in CARRY_OPS or prescale != 1.0 or postscale != 1.0 or not tensors \
+                or desc[6:7] not in ((), ("cpu",)):  # device tensors are scaled by their caller, not here
             return None
         dtype = tensors[0][1]
         if dtype not in CARRY_DTYPES or any(t[1] != dtype for t in tensors) or (op == "average" and dtype[0] != "f"):

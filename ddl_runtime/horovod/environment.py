@@ -46,7 +46,7 @@ NO_EFFECT = {
     "HOROVOD_THREAD_AFFINITY": "there is no background thread to pin",
     "HOROVOD_DISABLE_GROUP_FUSION": "groups are always reduced as their own buckets",
     "HOROVOD_ELASTIC": "elastic training is not supported",
-    "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "Adasum is not supported",
+    "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "Adasum exchanges each half in one message (no chunking)",
     "HOROVOD_ENABLE_XLA_OPS": "not applicable",
     "HOROVOD_GLOO_TIMEOUT_SECONDS": "collectives run over MPI, not Gloo",
     "HOROVOD_CONTROLLER": "collectives run over MPI",

@@ -229,7 +229,7 @@ def test_horovod_torch_bad_input_raises_one_line_on_every_rank(tmp_path, isolate
     _assert_library_errors(_ranks_report(tmp_path, isolated_env, "torch", "--horovod"), {
         # Horovod's own exception and text for a call before init
         "hvd_before_init": ("ValueError", "Horovod has not been initialized; use hvd.init()."),
-        "hvd_adasum": ("DDLInputError", "op=Adasum is not supported"),
+        "hvd_adasum": ("DDLInputError", "op=Adasum supports float16, float32 and float64 tensors, not torch.int32"),
         "hvd_bad_op": ("DDLInputError", "unknown op 42; use hvd.Average, Sum, Min, Max or Product"),
         "hvd_non_tensor": ("DDLInputError", "expected a torch.Tensor, got list"),
         "hvd_alltoall_splits_sum": ("DDLInputError", "the splits add up to 2, but the first dimension is 4"),

@@ -3,7 +3,7 @@
 
 def test_mismatches_and_bad_input_raise_on_every_rank(hvd_run):
     """Shape, dtype, op, root, allgather trailing dims, group size: DDLMismatchError on both ranks
-    within 30 s; bad splits, Adasum, scalars, bad roots: ValueError before any communication;
+    within 30 s; bad splits, Adasum of integers, scalars, bad roots: ValueError before any communication;
     a name reused while in flight: ValueError, and the first request still completes."""
     result = hvd_run(2, "core_errors.py")
     result.assert_ok(2, expected_checks=15)

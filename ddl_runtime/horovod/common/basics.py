@@ -25,14 +25,15 @@ OP_NAMES = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "pr
 
 
 def reduce_op(op, average, what: str) -> str:
-    """Horovod's (average=, op=) pair -> the runtime's op name; Adasum is refused."""
+    """Horovod's (average=, op=) pair -> the runtime's op name; Adasum is refused here (horovod.torch
+    takes it before calling this: see torch/mpi_ops.py)."""
     if op is not None and average is not None:
         raise DDLInputError(f"{what}: the 'average' argument is deprecated and cannot be combined with 'op'")
     if op is None:
         op = Sum if average is False else Average
     if op == Adasum:
-        raise DDLInputError(f"{what}: op=Adasum is not supported by ddl_runtime's Horovod layer; "
-                            "use op=hvd.Average or hvd.Sum")
+        raise DDLInputError(f"{what}: op=Adasum is not supported by ddl_runtime's TensorFlow/Keras Horovod "
+                            "layer (horovod.torch has it); use op=hvd.Average or hvd.Sum")
     name = OP_NAMES.get(op)
     if name is None:
         raise DDLInputError(f"{what}: unknown op {op!r}; use hvd.Average, Sum, Min, Max or Product")

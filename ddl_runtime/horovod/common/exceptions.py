@@ -1,5 +1,5 @@
 """Horovod's exception types (horovod.common.exceptions)."""
-from ...errors import DDLError
+from ...errors import DDLError, DDLInputError
 
 
 class HorovodInternalError(DDLError):
@@ -12,3 +12,8 @@ class HostsUpdatedInterrupt(RuntimeError):
     def __init__(self, skip_sync: bool = False):
         super().__init__("hosts updated")
         self.skip_sync = skip_sync
+
+
+class NotSupportedError(DDLInputError, NotImplementedError):
+    """What Horovod refuses with NotImplementedError (Adasum over a process set or a non-power-of-two
+    number of ranks): still one of ddl_runtime's one-line input errors."""

@@ -16,13 +16,14 @@ from .process_sets import controller_for
 
 
 def submit(kind: str, name: Optional[str], params: tuple, inputs: Sequence[np.ndarray], outputs: Sequence[Any],
-           process_set: Any, what: str, extra: Any = None, group: bool = False) -> Handle:
-    """Submit one request (numbered per set and kind when unnamed; ``group``: one name per input)."""
+           process_set: Any, what: str, extra: Any = None, group: bool = False, device: str = "cpu") -> Handle:
+    """Submit one request (numbered per set and kind when unnamed; ``group``: one name per input;
+    ``device``: where the caller's tensors live, negotiated like their dtypes)."""
     ctl = controller_for(process_set, what)
     base = str(name) if name is not None else ctl.auto_name(kind)
     names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
     entries = [(n, _dtype_name(a.dtype), a.shape) for n, a in zip(names, inputs)]
-    return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra))
+    return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra, device=device))
 
 
 def scales(prescale_factor: Any, postscale_factor: Any, what: str) -> Tuple[float, float]:

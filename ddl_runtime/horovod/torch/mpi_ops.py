@@ -7,6 +7,13 @@ the non-inplace ops carry gradients (autograd Functions below, with Horovod's ba
 rules).  Ranks match operations by name, so they may submit in different orders; unnamed
 operations are numbered per process set and kind.  CPU tensors are used in place through
 numpy views; CUDA tensors are staged through host memory; bfloat16 is reduced in float32.
+
+Devices as in Horovod's GPU build: a request's device ("cpu", "cuda") is negotiated like its dtype
+(ranks that disagree all fail), a group that mixes devices is refused at once, and a CUDA tensor's
+prescale / postscale (and an average's 1/size) are applied on its device in its own dtype
+(integers in float64), where the engine scales host tensors (float16 in float32 arithmetic).
+op=hvd.Adasum runs ddl_runtime.adasum, Horovod's algorithm, on the global set of a power-of-two
+number of ranks.
 """
 from __future__ import annotations
 
@@ -15,10 +22,12 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
+from ddl_runtime.adasum import is_power_of_two
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.negotiation import Handle, Request
 
 from ..common import handles as _handles
+from ..common.exceptions import NotSupportedError
 from ..common.basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
                              init, is_initialized, local_rank, local_size, rank, reduce_op, shutdown, size)
 from ..common.process_sets import controller_for, global_process_set
@@ -27,6 +36,7 @@ from ..common.requests import alltoall_send_rows, scales as _scales, submit as _
 _MOVABLE = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
             torch.float32, torch.float64, torch.bool}
 _REDUCIBLE = _MOVABLE - {torch.bool}
+_ADASUM = {torch.float16, torch.float32, torch.float64}  # Horovod's Adasum dtypes
 
 
 # -- tensors <-> host numpy -------------------------------------------------------------------------
@@ -47,6 +57,26 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def _device_of(tensors: Sequence[Any], what: str) -> str:
+    """The device type all of one request's tensors live on; a group that mixes devices is refused
+    here, before any communication (Horovod raises at enqueue)."""
+    kinds = sorted({t.device.type for t in tensors if isinstance(t, torch.Tensor)})
+    if len(kinds) > 1:
+        raise DDLInputError(f"{what}: tensors in one group must be on the same device, got tensors on "
+                            f"{' and '.join(kinds)}")
+    return kinds[0] if kinds else "cpu"
+
+
+def _scaled(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """`t * factor` on t's device in t's dtype (the factor rounded to it; integers in float64,
+    truncated), as Horovod's GPU build scales."""
+    if factor == 1.0:
+        return t
+    if t.dtype.is_floating_point:
+        return t * torch.tensor(factor, dtype=t.dtype, device=t.device)
+    return (t.to(torch.float64) * factor).to(t.dtype)
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor (bfloat16 as its int16 bits)."""
     if t.dtype == torch.bfloat16:
@@ -58,11 +88,14 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence[torch.Tensor]], name, op_name: str,
                      prescale: float, postscale: float, process_set, what: str, group: bool):
     """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
+    device = _device_of(tensors, what)
     inputs, outs, copy_back = [], [], []
     for i, t in enumerate(tensors):
         _check_tensor(t, what, reduce=True)
+        if op_name == "adasum" and t.dtype not in _ADASUM:
+            raise DDLInputError(f"{what}: op=Adasum supports float16, float32 and float64 tensors, not {t.dtype}")
         target = outputs[i] if outputs is not None else None
-        h = _host(t)
+        h = _host(t if device == "cpu" else _scaled(t.detach(), prescale))
         if h.dtype == torch.bfloat16:
             h = h.float()
         src = _np(h)
@@ -76,7 +109,8 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
         outs.append(None if out is None else _np(out))
         copy_back.append((out, target, t))
     handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
-                     group=group)
+                     group=group, device=device)
+    post = _device_postscale(op_name, postscale, process_set, device, what)
 
     def finish(h: Handle) -> List[torch.Tensor]:
         results = []
@@ -84,22 +118,51 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
             if target is not None:
                 if out is not target:
                     target.copy_(out)
+                if post != 1.0:
+                    with torch.no_grad():
+                        target.copy_(_scaled(target, post))
                 results.append(target)
             else:  # the engine's memory, reused once this tensor (and every view of it) is gone
-                results.append(torch.from_numpy(h.request.outputs[i]).to(device=orig.device, dtype=orig.dtype))
+                res = torch.from_numpy(h.request.outputs[i]).to(device=orig.device, dtype=orig.dtype)
+                results.append(_scaled(res, post))
         return results
     return handle, finish
 
 
-def _op_args(average, op, prescale_factor, postscale_factor, what):
-    return reduce_op(op, average, what), *_scales(prescale_factor, postscale_factor, what)
+def _device_postscale(op_name: str, postscale: float, process_set, device: str, what: str) -> float:
+    """What this layer multiplies a device result by (the engine scales host tensors itself)."""
+    if device == "cpu":
+        return 1.0
+    if op_name == "average":
+        return postscale / controller_for(process_set, what).size
+    return postscale
+
+
+def _op_args(average, op, prescale_factor, postscale_factor, what, process_set=global_process_set):
+    if op == Adasum and average is None:
+        op_name = _adasum(process_set, what)
+    else:
+        op_name = reduce_op(op, average, what)
+    return op_name, *_scales(prescale_factor, postscale_factor, what)
+
+
+def _adasum(process_set, what: str) -> str:
+    """op=hvd.Adasum where Horovod runs it (the same refusals, raised alike on every rank)."""
+    from .functions import _is_global
+    if not _is_global(process_set):
+        raise NotSupportedError(f"{what}: Adasum does not support non-global process sets yet.")
+    n = size()
+    if not is_power_of_two(n):
+        raise NotSupportedError(f"{what}: Running Adasum with non-power of 2 ranks is not supported yet "
+                                f"({n} ranks).")
+    return "adasum"
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set) -> int:
     """Start averaging (default) or reducing `tensor` across ranks into a new tensor; returns a handle."""
     what = f"allreduce('{name}')" if name else "allreduce"
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what, process_set)
     handle, finish = _allreduce_start([tensor], None, name, op_name, pre, post, process_set, what, False)
     return _handles.register(handle, lambda h: finish(h)[0])
 
@@ -108,7 +171,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=global_process_set) -> int:
     """In-place allreduce_async: the result is written into `tensor`."""
     what = f"allreduce_('{name}')" if name else "allreduce_"
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what, process_set)
     handle, finish = _allreduce_start([tensor], [tensor], name, op_name, pre, post, process_set, what, False)
     return _handles.register(handle, lambda h: finish(h)[0])
 
@@ -142,11 +205,11 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
               postscale_factor=1.0, process_set=global_process_set):
     """Average (default) or reduce `tensor` across ranks; returns a new tensor (differentiable).
 
-    op: hvd.Average, Sum, Min, Max or Product (Adasum: not supported).  compression:
+    op: hvd.Average, Sum, Min, Max, Product or Adasum.  compression:
     hvd.Compression.none / fp16.  prescale_factor / postscale_factor multiply before / after.
     """
     what = f"allreduce('{name}')" if name else "allreduce"
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what, process_set)
     _check_tensor(tensor, what, reduce=True)
     wire, ctx = _compress(compression, tensor)
     return _decompress(compression, _Allreduce.apply(wire, name, op_name, pre, post, process_set), ctx)
@@ -162,7 +225,7 @@ def _grouped_allreduce_async(kind, in_place, tensors, average, name, op, prescal
                              process_set) -> int:
     what = f"{kind}('{name}')" if name else kind
     tensors = _as_list(tensors, what)
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what, process_set)
     handle, finish = _allreduce_start(tensors, tensors if in_place else None, name, op_name, pre, post, process_set,
                                       what, True)
     return _handles.register(handle, finish)
@@ -203,7 +266,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     """Reduce a list of tensors together; returns a list of new tensors (differentiable)."""
     what = f"grouped_allreduce('{name}')" if name else "grouped_allreduce"
     tensors = _as_list(tensors, what)
-    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what)
+    op_name, pre, post = _op_args(average, op, prescale_factor, postscale_factor, what, process_set)
+    _device_of(tensors, what)
     for t in tensors:
         _check_tensor(t, what, reduce=True)
     pairs = [_compress(compression, t) for t in tensors]
@@ -248,6 +312,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> 
 
 # -- allgather ------------------------------------------------------------------------------------
 def _allgather_start(tensors, name, process_set, what: str, group: bool):
+    device = _device_of(tensors, what)
     inputs, metas = [], []
     for t in tensors:
         _check_tensor(t, what, reduce=False)
@@ -258,7 +323,7 @@ def _allgather_start(tensors, name, process_set, what: str, group: bool):
         metas.append(t)
     # Output shapes depend on the other ranks' first dims: allocate when the request runs.
     outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
-    handle = _submit("allgather", name, (), inputs, outputs, process_set, what, group=group)
+    handle = _submit("allgather", name, (), inputs, outputs, process_set, what, group=group, device=device)
 
     def finish(h: Handle) -> List[torch.Tensor]:
         results = []
@@ -334,7 +399,7 @@ def _broadcast_start(tensor, root_rank, name, process_set, inplace: bool, what: 
     else:
         out = _host(tensor).clone()
     arr = _np(out)
-    handle = _submit("broadcast", name, (root,), [arr], [arr], process_set, what)
+    handle = _submit("broadcast", name, (root,), [arr], [arr], process_set, what, device=tensor.device.type)
 
     def finish(_h: Handle) -> torch.Tensor:
         if inplace:
@@ -406,7 +471,8 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
             raise DDLInputError(f"{what}: splits must be a list of ints or an int32 tensor")
     send = alltoall_send_rows(first, send, ctl.size, what)
     arr = _np(h)
-    handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send))
+    handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send),
+                     device=tensor.device.type)
 
     def finish(hd: Handle):
         out = torch.from_numpy(hd.request.outputs[0])
@@ -459,12 +525,13 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
         raise DDLInputError(f"{what}: reducescatter supports op=hvd.Average or hvd.Sum")
     ctl = controller_for(process_set, what)
     from ddl_runtime.kernels import scatter_rows
+    device = _device_of(tensors, what)
     inputs, outs, metas = [], [], []
     for t in tensors:
         _check_tensor(t, what, reduce=True)
         if t.dim() == 0:
             raise DDLInputError(f"{what}: reducescatter needs a tensor with at least one dimension, got a scalar")
-        h = _host(t)
+        h = _host(t if device == "cpu" else _scaled(t.detach(), pre))
         if h.dtype == torch.bfloat16:
             h = h.float()
         rows = scatter_rows(h.shape[0], ctl.size)[ctl.rank]
@@ -472,10 +539,12 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
         inputs.append(_np(h))
         outs.append(_np(out))
         metas.append((out, t))
-    handle = _submit("reducescatter", name, (op_name, pre, post), inputs, outs, process_set, what, group=group)
+    handle = _submit("reducescatter", name, (op_name, pre, post), inputs, outs, process_set, what, group=group,
+                     device=device)
+    scale = _device_postscale(op_name, post, process_set, device, what)
 
     def finish(_h: Handle) -> List[torch.Tensor]:
-        return [out.to(device=t.device, dtype=t.dtype) for out, t in metas]
+        return [_scaled(out.to(device=t.device, dtype=t.dtype), scale) for out, t in metas]
     return handle, finish, op_name
 
 

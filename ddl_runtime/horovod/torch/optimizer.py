@@ -8,7 +8,7 @@ module adds is Horovod's contract on top of it:
 * a gradient that is ``None`` on this rank is reduced as zeros (Horovod's "force allreduce":
   a parameter unused on some ranks gets the others' contribution, never a hang);
 * ``compression`` (compress before, decompress after the reduction), ``op`` Average / Sum
-  (Adasum: not supported), ``gradient_predivide_factor`` (Average split into a pre-scale of
+  (Adasum: Horovod's delta optimizer, adasum_optimizer.py), ``gradient_predivide_factor`` (Average split into a pre-scale of
   1/f and a post-scale of f/size, as Horovod does), ``backward_passes_per_step``;
 * ``groups`` / ``num_groups``: each group is one bucket (reduced together once all its
   gradients are ready); a parameter in no group is a bucket of its own;
@@ -35,6 +35,7 @@ import ddl_runtime.torch as _native
 from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.errors import DDLInputError
 
+from .adasum_optimizer import _AdasumOptimizerMixin
 from .compression import Compression
 from .functions import _is_global
 
@@ -87,11 +88,9 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
                    gradient_predivide_factor: float, groups: Any, sparse_as_dense: bool,
                    process_set: Any) -> None:
         common = _common()
-        if op == common.Adasum:
-            raise DDLInputError("DistributedOptimizer: op=Adasum is not supported by wml's Horovod layer; "
-                                "use op=hvd.Average (the default) or op=hvd.Sum")
         if op not in (common.Average, common.Sum):
-            raise DDLInputError(f"DistributedOptimizer: op={op!r} is not supported; use hvd.Average or hvd.Sum")
+            raise DDLInputError(f"DistributedOptimizer: op={op!r} is not supported; use hvd.Average, hvd.Sum "
+                                f"or hvd.Adasum")
         factor = float(gradient_predivide_factor)
         if factor != 1.0 and op != common.Average:
             raise DDLInputError("DistributedOptimizer: gradient_predivide_factor not supported with op != Average")
@@ -415,8 +414,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Opt
     and state; use it from then on.  Arguments as in Horovod: ``named_parameters`` (names for
     errors and the timeline; unique, covering every parameter), ``compression``
     (``hvd.Compression.none`` / ``.fp16``), ``backward_passes_per_step`` (accumulate locally,
-    reduce every N backward passes), ``op`` (``hvd.Average`` default, ``hvd.Sum``; Adasum is not
-    supported), ``gradient_predivide_factor``, ``num_groups`` (deprecated: ``groups=N``),
+    reduce every N backward passes), ``op`` (``hvd.Average`` default, ``hvd.Sum``, ``hvd.Adasum``:
+    Horovod's delta optimizer), ``gradient_predivide_factor``, ``num_groups`` (deprecated: ``groups=N``),
     ``groups`` (N groups, or a list of lists of parameters reduced together),
     ``sparse_as_dense``, ``process_set``.
     """
@@ -436,14 +435,26 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Opt
         if any(not isinstance(item, tuple) for item in named_parameters):
             raise DDLInputError("named_parameters should be a sequence of tuples (name, parameter), "
                                 "usually produced by model.named_parameters().")
+    adasum = op == _common().Adasum
+    if adasum:
+        if float(gradient_predivide_factor) != 1.0:
+            raise DDLInputError("DistributedOptimizer: gradient_predivide_factor not supported with op != Average")
+        from .mpi_ops import _adasum
+        _adasum(process_set, "DistributedOptimizer")  # Horovod's refusals: a process set, 2^k ranks
+        adasum = _common().size() > 1
+        op = op if adasum else _common().Sum  # one rank: Adasum of one delta is the delta itself
     base = optimizer.__class__
-    cls = type(base.__name__, (_HorovodOptimizerMixin, base), {})
+    cls = type(base.__name__, (_AdasumOptimizerMixin if adasum else _HorovodOptimizerMixin, base), {})
     cls.__module__ = __name__
     obj = cls.__new__(cls)
     state = dict(optimizer.__dict__)
     state.pop("step", None)  # an LR scheduler's per-instance wrapper bound to the old object
     obj.__dict__.update(state)
     obj.backward_passes_per_step = int(backward_passes_per_step)
+    if adasum:
+        obj.op = op
+        obj._adasum_setup(named_parameters, compression, backward_passes_per_step)
+        return obj
     obj._hvd_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                    groups, sparse_as_dense, process_set)
     return obj

@@ -45,7 +45,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         x64 = x.detach().to(torch.float64)
         count = float(x.numel() // channels) if channels else 0.0
         stats = torch.cat([x64.sum(dim=axes), (x64 * x64).sum(dim=axes),
-                           torch.tensor([count], dtype=torch.float64)])
+                           torch.tensor([count], dtype=torch.float64, device=x.device)])  # beside x's sums
         stats = _allreduce_sum(stats.contiguous(), f"{name}.stats", process_set)
         total = float(stats[-1])
         if total <= 1:

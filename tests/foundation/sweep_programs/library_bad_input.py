@@ -45,7 +45,7 @@ else:
 
     case("hvd_before_init", lambda: hvd.allreduce(torch.ones(2)))
     hvd.init()
-    case("hvd_adasum", lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum))
+    case("hvd_adasum", lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum))
     case("hvd_bad_op", lambda: hvd.allreduce(torch.ones(2), op=42))
     case("hvd_non_tensor", lambda: hvd.allreduce([1.0, 2.0]))
     i32 = torch.int32

@@ -50,7 +50,8 @@ expect("splits_sum", ValueError, lambda: hvd.alltoall(torch.ones(4), torch.tenso
        "add up to 5", "first dimension is 4")
 expect("splits_dtype", ValueError, lambda: hvd.alltoall(torch.ones(4), torch.ones(N)), "torch.int32")
 expect("equal_split", ValueError, lambda: hvd.alltoall(torch.ones(N + 1)), "not a multiple")
-expect("adasum", ValueError, lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum is not supported")
+expect("adasum", ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum),
+       "op=Adasum supports float16, float32 and float64")
 expect("reducescatter_scalar", ValueError, lambda: hvd.reducescatter(torch.tensor(1.0)), "scalar")
 expect("root_out_of_range", ValueError, lambda: hvd.broadcast(torch.ones(1), root_rank=N), f"root_rank {N}")
 expect("not_a_tensor", ValueError, lambda: hvd.allreduce([1, 2]), "torch.Tensor")

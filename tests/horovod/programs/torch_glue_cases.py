@@ -277,7 +277,8 @@ def zero_grad_in_flight():
 @case
 def bad_arguments():
     model = Net()
-    for kwargs, words in ((dict(op=hvd.Adasum), "Adasum is not supported"),
+    for kwargs, words in ((dict(op=hvd.Min), "op=3 is not supported"),
+                          (dict(op=hvd.Adasum, gradient_predivide_factor=2.0), "gradient_predivide_factor"),
                           (dict(op=hvd.Sum, gradient_predivide_factor=2.0), "gradient_predivide_factor"),
                           (dict(named_parameters=list(model.named_parameters())[:2]), "named_parameters"),
                           (dict(named_parameters=[("w", p) for p in model.parameters()]), "'w' twice"),
