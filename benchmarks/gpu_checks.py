@@ -3,6 +3,7 @@
     python benchmarks/gpu_checks.py collectives   # every core collective on CUDA tensors, six dtypes
     python benchmarks/gpu_checks.py bound          # host-staged allreduce vs D2H + host allreduce + H2D
     python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
+    python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
 
 Rank 0 prints one `RESULT {json}` line: {"check", "transport", "failures", ...}; exit 1 on a failure.
 """
@@ -89,6 +90,39 @@ def collectives(R, N, dev, failures):
         failures.append("after the mixed-device error the ranks were out of step")
 
 
+def optimizer(R, N, dev, failures, steps=3):
+    """ddl_runtime.torch.DistributedOptimizer on CUDA: after `steps` SGD steps on rank-specific batches,
+    every rank's parameters equal one model trained on the mean of all ranks' losses."""
+    import ddl_runtime.torch as ddl_torch
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to(dev)
+
+    def batch(rank, step):
+        g = torch.Generator().manual_seed(100 * rank + step)
+        return torch.randn(4, 8, generator=g).to(dev), torch.randn(4, 2, generator=g).to(dev)
+
+    net, ref = model(), model()
+    opt = ddl_torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                         named_parameters=net.named_parameters())
+    ddl_torch.broadcast_parameters(net.state_dict(), root_rank=0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = batch(R, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        sum(torch.nn.functional.mse_loss(ref(*batch(r, step)[:1]), batch(r, step)[1]) for r in range(N)).div(N).backward()
+        ref_opt.step()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        if p.device != dev:
+            failures.append(f"optimizer: {name} moved to {p.device}")
+        elif not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            failures.append(f"optimizer: {name} differs from the mean-loss reference by {(p - q).abs().max().item():.3g}")
+
+
 def _median_ms(fn, repeat):
     times = []
     for _ in range(repeat):
@@ -133,6 +167,8 @@ def main():
     failures, extra = [], {}
     if check == "collectives":
         collectives(R, N, dev, failures)
+    elif check == "optimizer":
+        optimizer(R, N, dev, failures)
     elif check == "bound":
         extra["rows"] = bound(R, N, dev, failures)
     elif check == "forced-nccl":

@@ -11,8 +11,10 @@
 #      different first dims, and a mixed-device group on one rank (one line on every rank);
 #   2. the same at one rank (the identity);
 #   3. DDL_GPU_TRANSPORT=nccl on the shared GPU: the one-line refusal on every rank;
-#   4. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D.
-# Each writes <name>.log (all output) and <name>.json (rank 0's RESULT line); summary.txt lists them.
+#   4. ddl_runtime.torch.DistributedOptimizer, 2 ranks sharing the GPU, against a one-process reference;
+#   5. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D.
+# Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
+# summary.txt (the machine and each run's exit status), pip.log.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-checks}
@@ -22,21 +24,25 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 MPIEXEC=$(command -v mpiexec || echo "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mpiexec")
-{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; "$MPIEXEC" --version | head -2; } > "$OUT/machine.txt" 2>&1
+{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; "$MPIEXEC" --version | head -2; } > "$OUT/summary.txt" 2>&1
 
 run() {  # name, ranks, limit_s, extra mpiexec args..., -- check
     local name=$1 n=$2 limit=$3; shift 3
     local args=()
     while [ "$1" != "--" ]; do args+=("$1"); shift; done
     shift
+    local log="$OUT/.$name.log"
     timeout "$limit" "$MPIEXEC" -n "$n" -genv CUDA_VISIBLE_DEVICES 0 "${args[@]}" python3 benchmarks/gpu_checks.py "$@" \
-        > "$OUT/$name.log" 2>&1
+        > "$log" 2>&1
     local rc=$?
-    grep '^RESULT ' "$OUT/$name.log" | sed 's/^RESULT //' > "$OUT/$name.json"
+    { echo "== $name (exit $rc)"; cat "$log"; } >> "$OUT/checks.log"
+    grep '^RESULT ' "$log" | sed "s/^RESULT {/{\"run\": \"$name\", \"exit\": $rc, /" >> "$OUT/results.jsonl"
+    rm -f "$log"
     echo "$name: exit $rc" | tee -a "$OUT/summary.txt"
 }
-: > "$OUT/summary.txt"
+: > "$OUT/results.jsonl"; : > "$OUT/checks.log"
 run collectives-2-ranks 2 180 -- collectives
 run collectives-1-rank 1 90 -- collectives
 run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
+run optimizer-2-ranks 2 90 -- optimizer
 run bound-2-ranks 2 150 -- bound
