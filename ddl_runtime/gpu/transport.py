@@ -1,12 +1,14 @@
-"""One device transport per job, chosen at the first CUDA collective and agreed by every rank.
+"""One device transport per job, chosen from what every rank reports at init and agreed by every rank.
 
   * ``nccl``: the runtime's torch.distributed NCCL group (nccl.py), where every rank owns its GPU;
   * ``host``: host staging (host.py) through the CPU engine, where ranks share a GPU (NCCL
     refuses two ranks of one communicator on one device: "Duplicate GPU detected").
 
 Every rank sends its GPU's identity (devices.py) and its ``DDL_GPU_TRANSPORT`` over the control
-communicator; every rank then decides from the same list, so a bad or disagreeing setting, or
-NCCL forced on a shared GPU, is the same one-line error on every rank.
+communicator at init (`at_init`: one small allgather); every rank then decides from the same list,
+so a bad or disagreeing setting, or NCCL forced on a shared GPU, is the same one-line error on
+every rank, raised at the first CUDA collective.  Where torch was not loaded at init no rank could
+name its GPU: the list is gathered again at the first CUDA collective (every rank is there).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class GpuState:
     """The runtime's device state (Runtime.gpu): the agreed transport and what it keeps between calls."""
 
     index: Optional[int]  # this rank's CUDA index, None without a GPU
+    everyone: Optional[list] = None  # every rank's (DDL_GPU_TRANSPORT, GpuIdentity or None), gathered at init
     transport: Optional[Transport] = None
     staging: Any = None  # host.Staging, made on the first host-staged call
 
@@ -40,6 +43,30 @@ def state(rt) -> GpuState:
     if rt.gpu is None:
         rt.gpu = GpuState(rank_gpu_index(rt.local_gpuid))
     return rt.gpu
+
+
+def _mine(gpu: GpuState) -> tuple:
+    return (os.environ.get(ENV, ""), local_identity(gpu.index))
+
+
+def at_init(rt) -> GpuState:
+    """The device state at init: every rank's setting and GPU (collective, on every rank)."""
+    gpu = GpuState(rank_gpu_index(rt.local_gpuid))
+    gpu.everyone = rt.control.allgather(_mine(gpu))
+    return gpu
+
+
+def _known(everyone: Optional[list]) -> bool:
+    return everyone is not None and any(ident is not None for _, ident in everyone)
+
+
+def decided(rt) -> Optional[Transport]:
+    """The transport without communicating: decided from what init gathered when a rank named its
+    GPU then (identically on every rank, errors included), else None."""
+    gpu = state(rt)
+    if gpu.transport is None and _known(gpu.everyone):
+        gpu.transport = decide([s for s, _ in gpu.everyone], [i for _, i in gpu.everyone])
+    return gpu.transport
 
 
 def decide(settings: Sequence[str], identities: Sequence[Optional[GpuIdentity]]) -> Transport:
@@ -72,13 +99,12 @@ def decide(settings: Sequence[str], identities: Sequence[Optional[GpuIdentity]])
 
 
 def agree(rt) -> Transport:
-    """This job's transport, gathered and decided at the first call (collective: every rank of a
-    CUDA collective gets here after its signature agreed)."""
+    """This job's transport (collective where init saw no GPU: every rank of a CUDA collective gets
+    here after its signature agreed)."""
     gpu = state(rt)
-    if gpu.transport is None:
-        mine = (os.environ.get(ENV, ""), local_identity(gpu.index))
-        everyone = rt.control.allgather(mine)
-        gpu.transport = decide([s for s, _ in everyone], [i for _, i in everyone])
+    if decided(rt) is None:
+        gpu.everyone = rt.control.allgather(_mine(gpu))
+        gpu.transport = decide([s for s, _ in gpu.everyone], [i for _, i in gpu.everyone])
     return gpu.transport
 
 

@@ -113,3 +113,10 @@ def test_nccl_path_through_gloo_host_staging_and_agreed_device_errors_with_two_r
     for label in ("no-gpu", "other-gpu", "mixed-group", "disagree", "bad-value"):
         assert ranks[0]["errors"][label] == ranks[1]["errors"][label], label
 
+
+
+def test_horovod_negotiated_allreduce_reduces_tensors_where_they_lie_through_the_process_group(run_mpi):
+    """horovod.torch's NCCL route (CUDA tensors, NCCL transport) run on CPU tensors through gloo:
+    negotiated order first (ranks submit in opposite orders), then each fused group reduced on
+    the tensors' device, no host copy; in place, pre/postscale, a joined rank's zeros."""
+    run_mpi(2, "gpu_negotiated_job.py", timeout=180).summary(2)
