@@ -4,6 +4,7 @@
     python benchmarks/gpu_checks.py bound          # host-staged allreduce vs D2H + host allreduce + H2D
     python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
     python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
+    python benchmarks/gpu_checks.py nccl-code      # gpu/nccl.py and horovod's device route through real NCCL (1 rank)
 
 Rank 0 prints one `RESULT {json}` line: {"check", "transport", "failures", ...}; exit 1 on a failure.
 """
@@ -123,6 +124,40 @@ def optimizer(R, N, dev, failures, steps=3):
             failures.append(f"optimizer: {name} differs from the mean-loss reference by {(p - q).abs().max().item():.3g}")
 
 
+def nccl_code(R, N, dev, failures):
+    """gpu/nccl.py's collectives and horovod's device route on CUDA through a real NCCL group (run at
+    one rank: two ranks on one GPU are what NCCL refuses; results are then each rank's own values)."""
+    import ddl_runtime.horovod.torch as hvd
+    from ddl_runtime.gpu import nccl
+    from ddl_runtime.horovod.common.process_sets import global_process_set
+    hvd.init()  # the process sets (the runtime is already up)
+    from ddl_runtime.horovod.common.requests import submit
+    rt = _rt.current()
+    group = nccl.process_group(rt)
+    if torch.distributed.get_backend() != "nccl":
+        failures.append(f"backend {torch.distributed.get_backend()}")
+    for dtype in DTYPES:
+        for op in ("sum", "avg", "min", "max"):
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            ts = [values(R, (3, 4), dtype).to(dev), values(R, (5,), dtype, 1).to(dev)]
+            nccl.allreduce_start(group, ts, op, N, ts).wait()
+            for t, want in zip(ts, [values(R, (3, 4), dtype), values(R, (5,), dtype, 1)]):
+                if t.device != dev or not torch.equal(t.cpu(), want):
+                    failures.append(f"nccl {op} {dtype}: {t.flatten()[:4].tolist()}")
+        b = values(R, (4,), dtype).to(dev)
+        nccl.broadcast(group, [b], 0)
+        g = nccl.allgather(group, values(R, (2, 3), dtype).to(dev), N)
+        if g.device != dev or not torch.equal(g.cpu(), values(R, (2, 3), dtype)):
+            failures.append(f"nccl allgather {dtype}")
+    t = values(R, (6,), torch.float32).to(dev)
+    h = submit("allreduce", "dev", ("average", 2.0, 0.5), [t], [None], global_process_set, "allreduce('dev')")
+    h.wait()
+    out = h.request.outputs[0]
+    if not isinstance(out, torch.Tensor) or out.device != dev or not torch.equal(out.cpu(), values(R, (6,), torch.float32)):
+        failures.append(f"horovod device route: {out!r}")
+
+
 def _median_ms(fn, repeat):
     times = []
     for _ in range(repeat):
@@ -167,6 +202,8 @@ def main():
     failures, extra = [], {}
     if check == "collectives":
         collectives(R, N, dev, failures)
+    elif check == "nccl-code":
+        nccl_code(R, N, dev, failures)
     elif check == "optimizer":
         optimizer(R, N, dev, failures)
     elif check == "bound":

@@ -12,7 +12,9 @@
 #   2. the same at one rank (the identity);
 #   3. DDL_GPU_TRANSPORT=nccl on the shared GPU: the one-line refusal on every rank;
 #   4. ddl_runtime.torch.DistributedOptimizer, 2 ranks sharing the GPU, against a one-process reference;
-#   5. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D.
+#   5. gpu/nccl.py's collectives and horovod.torch's device route on CUDA through a real NCCL group, at one
+#      rank (NCCL refuses two ranks on one GPU: the NCCL transport across ranks needs two GPUs);
+#   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D.
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
 # summary.txt (the machine and each run's exit status), pip.log.
 set -u
@@ -45,4 +47,5 @@ run collectives-2-ranks 2 180 -- collectives
 run collectives-1-rank 1 90 -- collectives
 run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
 run optimizer-2-ranks 2 90 -- optimizer
+run nccl-code-1-rank 1 90 -- nccl-code
 run bound-2-ranks 2 150 -- bound
