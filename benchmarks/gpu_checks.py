@@ -171,6 +171,8 @@ def _median_ms(fn, repeat):
 
 
 def bound(R, N, dev, failures, repeat=15):
+    import ddl_runtime.horovod.torch as hvd
+    hvd.init()
     rows = []
     for mb in (64, 4):
         n = mb * 1024 * 1024 // 4
@@ -182,10 +184,12 @@ def bound(R, N, dev, failures, repeat=15):
         d2h = _median_ms(lambda: pinned.copy_(x, non_blocking=True), repeat)
         host = _median_ms(lambda: ddl.allreduce(pinned, name="h"), repeat)
         h2d = _median_ms(lambda: x.copy_(pinned, non_blocking=True), repeat)
+        hvd_ms = _median_ms(lambda: hvd.allreduce(x, op=hvd.Sum, name="hx"), repeat)  # for comparison only
         parts = d2h + host + h2d
         limit = 1.3 if mb == 64 else 1.5
         rows.append({"MB": mb, "staged_ms": round(staged, 3), "d2h_ms": round(d2h, 3), "host_allreduce_ms": round(host, 3),
-                     "h2d_ms": round(h2d, 3), "ratio": round(staged / parts, 3), "limit": limit})
+                     "h2d_ms": round(h2d, 3), "ratio": round(staged / parts, 3), "limit": limit,
+                     "hvd_allreduce_ms": round(hvd_ms, 3)})
         if staged / parts > limit:
             failures.append(f"{mb} MB: staged allreduce {staged:.2f} ms is {staged / parts:.2f}x of "
                             f"D2H+host+H2D {parts:.2f} ms (limit {limit}x)")
