@@ -156,6 +156,13 @@ def nccl_code(R, N, dev, failures):
     out = h.request.outputs[0]
     if not isinstance(out, torch.Tensor) or out.device != dev or not torch.equal(out.cpu(), values(R, (6,), torch.float32)):
         failures.append(f"horovod device route: {out!r}")
+    from ddl_runtime.horovod.torch import mpi_ops
+    t = values(R, (5,), torch.float16).to(dev)
+    handle, finish = mpi_ops._allreduce_on_device([t], [t], "ip", "sum", 1.0, 1.0, global_process_set, "ip", False)
+    handle.wait()
+    (res,) = finish(handle)
+    if res is not t or not torch.equal(t.cpu(), values(R, (5,), torch.float16)):
+        failures.append(f"horovod _allreduce_on_device in place: {res!r}")
 
 
 def _median_ms(fn, repeat):

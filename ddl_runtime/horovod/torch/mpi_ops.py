@@ -6,8 +6,7 @@ Every op has Horovod's signature and semantics: `allreduce` / `allreduce_` /
 the non-inplace ops carry gradients (autograd Functions below, with Horovod's backward
 rules).  Ranks match operations by name, so they may submit in different orders; unnamed
 operations are numbered per process set and kind.  CPU tensors are used in place through
-numpy views; CUDA tensors are staged through host memory, except allreduces on the NCCL
-transport (reduced on the device: _on_device_transport); bfloat16 is reduced in float32.
+numpy views; CUDA tensors are staged through host memory; bfloat16 is reduced in float32.
 """
 from __future__ import annotations
 
@@ -59,16 +58,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence[torch.Tensor]], name, op_name: str,
                      prescale: float, postscale: float, process_set, what: str, group: bool):
     """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
+    if _on_device_transport(tensors, op_name, prescale, postscale, process_set):  # reduced on the GPU, no host copy
+        return _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group)
     inputs, outs, copy_back = [], [], []
     for i, t in enumerate(tensors):
         _check_tensor(t, what, reduce=True)
         target = outputs[i] if outputs is not None else None
-        if _on_device_transport(t, op_name, prescale, postscale, process_set):  # reduced on the GPU, no host copy
-            inputs.append(t.detach().contiguous())
-            same = target is not None and target.device == t.device and target.dtype == t.dtype and target.is_contiguous()
-            outs.append(target.detach() if same else None)
-            copy_back.append((_ON_DEVICE, target, t))
-            continue
         h = _host(t)
         if h.dtype == torch.bfloat16:
             h = h.float()
@@ -88,12 +83,7 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
     def finish(h: Handle) -> List[torch.Tensor]:
         results = []
         for i, (out, target, orig) in enumerate(copy_back):
-            if out is _ON_DEVICE:  # the reduced device tensor: the target's own memory, or new
-                res = h.request.outputs[i]
-                if target is not None and res.data_ptr() != target.data_ptr():
-                    target.copy_(res)
-                results.append(res if target is None else target)
-            elif target is not None:
+            if target is not None:
                 if out is not target:
                     target.copy_(out)
                 results.append(target)
@@ -103,25 +93,52 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
     return handle, finish
 
 
-_ON_DEVICE = object()  # copy_back's mark of a tensor reduced on its GPU
 _NCCL_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                 torch.float64}
 
 
-def _on_device_transport(t: torch.Tensor, op_name: str, prescale: float, postscale: float, process_set) -> bool:
-    """Whether `t` is reduced on its GPU: a CUDA tensor of the global set in a job whose agreed
-    transport is NCCL (ddl_runtime.gpu.transport), with an op and dtype NCCL reduces.  Otherwise
-    (ranks sharing a GPU: host staging) it goes through host memory as on CPU."""
-    if t.device.type != "cuda" or process_set not in (None, global_process_set) or t.dtype not in _NCCL_DTYPES:
-        return False
-    if op_name not in ("sum", "average", "min", "max") or (
-            (op_name == "average" or prescale != 1.0 or postscale != 1.0) and not t.dtype.is_floating_point):
+def _on_device_transport(tensors: Sequence[Any], op_name: str, prescale: float, postscale: float,
+                         process_set) -> bool:
+    """Whether a request is reduced on the GPU: CUDA tensors only, of the global set, in a job whose
+    agreed transport is NCCL (ddl_runtime.gpu.transport), with an op and dtypes NCCL reduces.
+    Otherwise (ranks sharing a GPU: the host transport) they go through host memory as on CPU, as
+    do CUDA tensors of the other collectives."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.dtype not in _NCCL_DTYPES or (
+                (op_name == "average" or prescale != 1.0 or postscale != 1.0) and not t.dtype.is_floating_point):
+            return False
+    if not tensors or process_set not in (None, global_process_set) or op_name not in ("sum", "average", "min", "max"):
         return False
     from ddl_runtime import runtime
     from ddl_runtime.gpu.transport import decided
     rt = runtime.current()
     chosen = decided(rt)
     return rt.size > 1 and chosen is not None and chosen.name == "nccl"
+
+
+def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group):
+    """_allreduce_start for the NCCL transport: the tensors themselves are submitted (announced as
+    "<dtype>@cuda") and, in negotiated order, reduced per fused group on the device
+    (negotiation._post_allreduce_device); an output on the same device is written in place."""
+    inputs, outs = [], []
+    for i, t in enumerate(tensors):
+        _check_tensor(t, what, reduce=True)
+        target = outputs[i] if outputs is not None else None
+        same = target is not None and target.device == t.device and target.dtype == t.dtype and target.is_contiguous()
+        inputs.append(t.detach().contiguous())
+        outs.append(target.detach() if same else None)
+    handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
+                     group=group)
+
+    def finish(h: Handle) -> List[torch.Tensor]:
+        results = []
+        for i, res in enumerate(h.request.outputs):
+            target = outputs[i] if outputs is not None else None
+            if target is not None and res.data_ptr() != target.data_ptr():
+                target.copy_(res)
+            results.append(res if target is None else target)
+        return results
+    return handle, finish
 
 
 def _op_args(average, op, prescale_factor, postscale_factor, what):

@@ -4,8 +4,9 @@ Torch tensors submitted as they are (not as host numpy arrays) are announced "<d
 and, once negotiated, reduced where they lie through the runtime's process group
 (negotiation._post_allreduce_device -> gpu/nccl.py).  horovod.torch submits CUDA tensors this way
 when the job's transport is NCCL; here CPU tensors and a gloo group (bootstrapped the way the
-runtime bootstraps NCCL) run that very code.  Ranks submit in different orders; one name is
-reduced while the last rank has joined.  Rank 0 prints one SUMMARY line.
+runtime bootstraps NCCL) run that very code, and mpi_ops._allreduce_on_device (the request
+horovod.torch builds for that route).  Ranks submit in different orders; one name is reduced
+while the last rank has joined.  Rank 0 prints one SUMMARY line.
 """
 import json
 
@@ -17,6 +18,7 @@ from ddl_runtime import runtime as _rt
 from ddl_runtime.gpu import nccl
 from ddl_runtime.horovod.common.process_sets import global_process_set
 from ddl_runtime.horovod.common.requests import submit
+from ddl_runtime.horovod.torch import mpi_ops
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -62,6 +64,22 @@ for name, op, pre, post, dtype, n, inplace in CASES:
         failures.append(f"{name}: got {out.tolist()}, want {want.tolist()}")
     if inplace and out.data_ptr() != t.data_ptr():
         failures.append(f"{name}: the in-place result is not in the input's memory")
+
+# horovod.torch's request for the device route (mpi_ops._allreduce_on_device), here on CPU tensors:
+# in place into the input, and a group of two into new tensors
+t = value(R, 5, torch.float32)
+handle, finish = mpi_ops._allreduce_on_device([t], [t], "ip", "sum", 1.0, 1.0, global_process_set, "ip", False)
+handle.wait()
+(res,) = finish(handle)
+if res is not t or not torch.equal(t, total(5, torch.float64).to(torch.float32)):
+    failures.append(f"_allreduce_on_device in place: {res.tolist()}")
+pair = [value(R, 3, torch.float16), value(R, 2, torch.float64, 1)]
+handle, finish = mpi_ops._allreduce_on_device(pair, None, "grp", "average", 1.0, 1.0, global_process_set, "grp", True)
+handle.wait()
+got = finish(handle)
+for g, p, want in zip(got, pair, [total(3, torch.float64) / N, total(2, torch.float64, 1) / N]):
+    if g.data_ptr() == p.data_ptr() or not torch.equal(g, want.to(g.dtype)) or not torch.equal(p, value(R, p.numel(), p.dtype, 0 if p.dtype == torch.float16 else 1)):
+        failures.append(f"_allreduce_on_device group: {g.tolist()} (input now {p.tolist()})")
 
 # the last rank joins; the others reduce 'j' with the joined rank's zeros
 if R != N - 1:
