@@ -43,6 +43,10 @@ def check(label, got, want):
         failures.append(f"{label}: got {got.flatten()[:6].tolist()} {got.dtype}, want {want.flatten()[:6].tolist()}")
 
 
+# -- what init gathered: every rank's setting and GPU (none here), so no transport is decided yet --------
+if rt.gpu is None or rt.gpu.everyone is None or len(rt.gpu.everyone) != N or transport.decided(rt) is not None:
+    failures.append(f"init did not gather every rank's GPU: {rt.gpu}")
+
 # -- the NCCL path through gloo --------------------------------------------------------------------
 group = nccl.process_group(rt, backend="gloo")
 for op in ("sum", "avg", "min", "max"):
