@@ -36,6 +36,7 @@ class TensorRef:
     kind: str  # "numpy", "torch" or "scalar"
     device: str = "cpu"
     out: Optional[np.ndarray] = None  # out-of-place: results go here (same layout as flat), flat is only read
+    index: Optional[int] = None  # the device index of a tensor off the CPU (cuda:1 -> 1)
 
     @property
     def dst(self) -> np.ndarray:
@@ -128,7 +129,7 @@ def _from_torch(t: Any, name: str, writable: bool) -> TensorRef:
         raise DDLInputError(f"tensor '{name}' is an inference tensor and cannot be written in place")
     if not t.is_cpu:
         # GPU tensors take the device path (ddl_runtime.gpu); no numpy view exists.
-        return TensorRef(t, name, dtype_name, tuple(t.shape), None, "torch", t.device.type)
+        return TensorRef(t, name, dtype_name, tuple(t.shape), None, "torch", t.device.type, index=t.device.index)
     d = t.detach() if t.requires_grad else t  # a gradient needs no detach (half of this call's cost)
     if dtype_name == "bfloat16":
         flat = d.view(torch.int16).numpy().view(np.uint16).reshape(-1)

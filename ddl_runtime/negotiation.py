@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -478,6 +479,9 @@ class Controller:
     def _post_allreduce(self, key, group) -> None:
         """Start one fused allreduce group.  An output of None (TensorFlow's out-of-place results)
         is memory this rank picks: a shared result region on the shared-memory path, else pooled."""
+        if "@" in key[0]:  # device tensors (horovod.torch on the NCCL transport)
+            self._post_allreduce_device(key, group)
+            return
         dtype, (op, prescale, postscale) = np.dtype(key[0]), key[1]
         inputs, outputs, counts, handles, names = [], [], [], [], []
         for handle, i, (tname, _, shape) in group:
@@ -513,6 +517,48 @@ class Controller:
                                         divisor, label="ALLREDUCE")
         self._track(flight, handles, names)
 
+    def _post_allreduce_device(self, key, group) -> None:
+        """A fused group of device tensors ("<dtype>@<device>"), in the negotiated order: reduced on the
+        device through the runtime's process group (gpu/nccl.py), no host copy.  Outputs of None get
+        the input's values in a new tensor; a joined rank contributes zeros on its device."""
+        from .gpu import nccl
+        from . import runtime
+        torch = sys.modules["torch"]
+        op, prescale, postscale = key[1]
+        rt = runtime.current()
+        tensors, handles, names = [], [], []
+        for handle, i, (tname, dtype, shape) in group:
+            names.append(tname)
+            if handle is None:
+                kind, _, device = dtype.partition("@")
+                where = torch.device(device, rt.gpu.index) if device == "cuda" else torch.device(device)
+                tensors.append(torch.zeros(shape, dtype=getattr(torch, kind), device=where))
+                continue
+            req = handle.request
+            with torch.no_grad():
+                if req.outputs[i] is None:
+                    req.outputs[i] = req.inputs[i].detach().clone()
+                elif req.outputs[i].data_ptr() != req.inputs[i].data_ptr():
+                    req.outputs[i].copy_(req.inputs[i])
+            tensors.append(req.outputs[i])
+            if handle not in handles:
+                handles.append(handle)
+        with torch.no_grad():
+            if prescale != 1.0:
+                for t in tensors:
+                    t.mul_(prescale)
+            pending = nccl.allreduce_start(nccl.process_group(rt), tensors, {"average": "avg"}.get(op, op),
+                                           self.size, [])
+
+        def finish() -> None:
+            with torch.no_grad():
+                pending.wait()
+                if postscale != 1.0:
+                    for t in tensors:
+                        t.mul_(postscale)
+        flight = _DeviceFlight([], finish, label="ALLREDUCE")
+        flight.pending = pending
+        self._track(flight, handles, names)
 
     def _post(self, kind: str, desc: tuple, entry: _Entry, handle: Optional[Handle]) -> None:
         if handle is None:
@@ -669,6 +715,18 @@ class Controller:
                 comm.Free()
             except MPI.Exception:
                 pass
+
+
+class _DeviceFlight(kernels.InFlight):
+    """A device reduction in flight: done when the process group's work is."""
+
+    pending: Any = None
+
+    def test(self) -> bool:
+        if not self.done and self.pending.done():
+            self.finish()
+            self.done = True
+        return self.done
 
 
 class _BlockingFlight(kernels.InFlight):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -18,13 +19,14 @@ from mpi4py import MPI
 
 from . import runtime as _rt
 from .algorithms import MPI_OPS, MPI_TYPES, split_counts
-from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, new_like
+from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, is_torch_tensor, new_like
+from .gpu.devices import device_problem
 from .fusion import plan_buckets
 from .shm.output_pool import RESULTS, packed_layout
 from .refcache import RefCache
 from .errors import DDLError, DDLInputError
 from .engine import Handle
-from .signature import agreed, agreement_buffer, digest, raise_mismatch
+from .signature import agreed, agreement_buffer, digest, raise_mismatch, with_device_problem
 from .timeline import TID_MPI
 
 REDUCE_OPS = ("sum", "avg", "min", "max")
@@ -124,13 +126,41 @@ def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
 
 
 def _on_device(refs: Sequence[TensorRef]) -> bool:
-    devices = {ref.device for ref in refs}
+    """True when any tensor is off the CPU: the call takes the device path (ddl_runtime.gpu).
+    A device other than cpu/cuda (meta, mps, ...) is refused here, before any communication."""
     for ref in refs:
         if ref.device not in ("cpu", "cuda"):
             raise DDLInputError(f"tensor '{ref.name}' is on device '{ref.device}'; only cpu and cuda tensors are supported")
-    if len(devices) > 1:
-        raise DDLInputError(f"tensors are on different devices: {', '.join(sorted(devices))}")
-    return bool(refs) and refs[0].device != "cpu"
+    return any(ref.device != "cpu" for ref in refs)
+
+
+def _agree_devices(rt: "_rt.Runtime", what: str, signature, refs: Sequence[TensorRef], gpu_index: Optional[int]) -> None:
+    """_agree for a call with device tensors, and where they are agreed with it: a CUDA tensor on a
+    rank without a GPU (gpu_index None), on a GPU other than `gpu_index`, or a group that mixes
+    devices raises DDLInputError naming the tensor on every rank (the problem rides in the
+    signature, so a sound call costs nothing more)."""
+    problem = device_problem(refs, gpu_index)
+    if problem is not None:
+        signature = with_device_problem(signature, problem)
+    _agree(rt, what, signature)
+    if problem is not None:  # every rank has a problem (else _agree raised it): each names its own
+        raise DDLInputError(f"{what}: rank {rt.rank}: {problem}")
+
+
+def _device_start(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature, results: list):
+    """A reduction of device tensors (into their `out` tensors when set); returns its handle."""
+    from . import gpu
+    _agree_devices(rt, what, signature, refs, gpu.state(rt).index)
+    targets = []
+    for ref in refs:
+        if ref.out is not None:
+            ref.out.copy_(ref.obj)
+        targets.append(ref.obj if ref.out is None else ref.out)
+
+    def reduce_host(hosts: list) -> None:
+        host_refs = [as_tensor(h, ref.name) for h, ref in zip(hosts, refs)]
+        _reduce(rt, host_refs, op, rt.algorithms.hierarchical).wait()
+    return gpu.allreduce_start(rt, refs, targets, op, results, reduce_host)
 
 
 class JobInfo(NamedTuple):
@@ -215,10 +245,7 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     ref = as_tensor(x, name, allow_scalar=True)
     _check_avg(op, [ref], "allreduce")
     if _on_device([ref]):
-        from . import gpu
-        what = _describe("allreduce", [ref])
-        _agree(rt, what, (("allreduce", op), (_entry(ref),)))
-        gpu.allreduce(rt, [ref], op)
+        _device_start(rt, [ref], op, _describe("allreduce", [ref]), (("allreduce", op), (_entry(ref),)), []).wait()
         return x
     what = _describe("allreduce", [ref])
     rt.timeline.begin("allreduce", {"op": op, "tensor": name})
@@ -271,6 +298,12 @@ def allreduce_n_into(tensors: Sequence[Any], outputs: Sequence[np.ndarray], op: 
     refs = _sources(tensors, op, names, what)
     for ref, t, o in zip(refs, tensors, outputs):
         dst = as_tensor(o, ref.name)
+        if ref.device != "cpu":  # a CUDA source: its output is a tensor on the same device
+            if dst.kind != "torch" or o.dtype != t.dtype or o.shape != t.shape or o.device != t.device:
+                raise DDLInputError(f"{what}: output for tensor '{ref.name}' must be a torch tensor of dtype "
+                                    f"{t.dtype} and shape {tuple(t.shape)} on {t.device}")
+            ref.out = o
+            continue
         if dst.kind != "numpy" or o.dtype != t.dtype or o.shape != t.shape:
             raise DDLInputError(f"{what}: output for tensor '{ref.name}' must be a numpy array of dtype "
                                 f"{t.dtype} and shape {t.shape}")
@@ -297,8 +330,12 @@ def allreduce_n_fresh(tensors: Sequence[Any], op: str = "sum", mpi: bool = False
     described = _describe(what, refs)
     tol = _mode(mpi, check, described)
     rt = _rt.current()
+    if _on_device(refs):
+        flat, outs = _fresh_on_device(refs, tensors)
+        _reduce_n(refs, op, mpi, check, described)
+        return flat, outs
     key = None
-    if rt.shm is not None and not mpi and tol == 0 and not _on_device(refs):
+    if rt.shm is not None and not mpi and tol == 0:
         key = rt.shm.results.layout_key(refs)
     if key is None:
         flat, outs = _fresh(refs, tensors)
@@ -326,11 +363,30 @@ def _sources(tensors: list, op: Any, names: Optional[Sequence[str]], what: str) 
     names = _names(tensors, names, what)
     refs = []
     for t, n in zip(tensors, names):
-        if not isinstance(t, np.ndarray):
-            raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays")
+        if not isinstance(t, np.ndarray) and not (is_torch_tensor(t) and t.device.type == "cuda"):
+            raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays "
+                                "or CUDA tensors")
         refs.append(as_tensor(t, n, writable=False))
     _check_avg(op, refs, what)
     return refs
+
+
+def _fresh_on_device(refs: List[TensorRef], tensors: list) -> Tuple[Any, list]:
+    """New outputs for CUDA sources, on their device: views of one flat tensor when they share a
+    dtype (and a device), else one tensor each; set as the refs' `out`."""
+    torch = sys.modules["torch"]
+    flat = None
+    if all(map(is_torch_tensor, tensors)) and len({(t.dtype, t.device) for t in tensors}) == 1:
+        flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
+        outs, offset = [], 0
+        for t in tensors:
+            outs.append(flat[offset:offset + t.numel()].view(t.shape))
+            offset += t.numel()
+    else:
+        outs = [torch.empty_like(t) if is_torch_tensor(t) else np.empty_like(t) for t in tensors]
+    for ref, out in zip(refs, outs):
+        ref.out = out
+    return flat, outs
 
 
 def _fresh(refs: List[TensorRef], tensors: list) -> Tuple[Optional[np.ndarray], list]:
@@ -372,9 +428,7 @@ def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -
     tol = _mode(mpi, check, what)
     signature = (("allreduce_n", op, mpi, tol), tuple(_entry(r) for r in refs))
     if _on_device(refs):
-        from . import gpu
-        _agree(rt, what, signature)
-        gpu.allreduce(rt, refs, op)
+        _device_start(rt, refs, op, what, signature, []).wait()
         return
     rt.timeline.begin("allreduce_n", {"op": op, "tensors": len(refs), "mpi": mpi})
     if not mpi and tol == 0 and (_reduce_heap(rt, refs, op, what, signature)
@@ -404,9 +458,7 @@ def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[S
     refs, op, what = _prepare_n(tensors, op, names, "allreduce_n_async")
     signature = (("allreduce_n_async", op), tuple(_entry(r) for r in refs))
     if _on_device(refs):
-        from . import gpu
-        _agree(rt, what, signature)
-        return gpu.allreduce_async(rt, refs, op, list(tensors))
+        return _device_start(rt, refs, op, what, signature, list(tensors))
     rt.timeline.begin("allreduce_n_async", {"op": op, "tensors": len(refs)})
     if _reduce_heap(rt, refs, op, what, signature) or _reduce_small(rt, refs, op, what, signature):
         # one host, tensors in the shared heap or small: done before it returns
@@ -508,18 +560,24 @@ def bcast_n(tensors: Sequence[Any], root: int = 0, names: Optional[Sequence[str]
     signature = (("bcast", root), tuple(_entry(r) for r in refs))
     if _on_device(refs):
         from . import gpu
-        _agree(rt, what, signature)
-        gpu.bcast(rt, refs, root)
+        _agree_devices(rt, what, signature, refs, gpu.state(rt).index)
+        gpu.bcast(rt, refs, root, lambda hosts: _bcast_refs(rt, [as_tensor(h, r.name) for h, r in zip(hosts, refs)],
+                                                            root))
         return list(tensors)
     rt.timeline.begin("bcast", {"root": root, "tensors": len(refs)})
     _agree(rt, what, signature)
+    _bcast_refs(rt, refs, root)
+    rt.timeline.end("bcast")
+    return list(tensors)
+
+
+def _bcast_refs(rt, refs: Sequence[TensorRef], root: int) -> None:
+    """The data movement of bcast_n (host memory), after the agreement."""
     t0 = _now()
     requests = [rt.control.Ibcast([r.flat.view(np.uint8), MPI.BYTE], root=root) for r in refs if r.numel]
     rt.engine.wait_requests(requests)
     if rt.timeline.enabled:
         rt.timeline.span("BCAST", TID_MPI, t0, _now(), {"bytes": sum(r.nbytes for r in refs), "root": root})
-    rt.timeline.end("bcast")
-    return list(tensors)
 
 
 def bcast_object(obj: Any, root: int = 0) -> Any:
@@ -535,12 +593,23 @@ def allgather(x: Any, name: Optional[str] = None) -> Any:
     rt = _rt.current()
     name = name or "tensor"
     ref = as_tensor(x, name, writable=False)
-    if ref.device != "cpu":
-        raise DDLInputError(f"allgather('{name}'): tensors on {ref.device} are not supported; gather on CPU")
     shape = ref.shape if ref.shape else (1,)
     what = _describe("allgather", [ref])
+    signature = (("allgather",), (_entry(ref, ("*",) + tuple(shape[1:])),))
+    if _on_device([ref]):
+        from . import gpu
+        _agree_devices(rt, what, signature, [ref], gpu.state(rt).index)
+        return gpu.allgather(rt, ref, lambda host: _gather(rt, as_tensor(host, name, writable=False)))
     rt.timeline.begin("allgather", {"tensor": name})
-    _agree(rt, what, (("allgather",), (_entry(ref, ("*",) + tuple(shape[1:])),)))
+    _agree(rt, what, signature)
+    out = _gather(rt, ref)
+    rt.timeline.end("allgather")
+    return out
+
+
+def _gather(rt, ref: TensorRef) -> Any:
+    """The data movement of allgather (host memory), after the agreement; a new tensor of ref's kind."""
+    shape = ref.shape if ref.shape else (1,)
     counts = np.zeros(rt.size, dtype=np.int64)
     mine = np.array([shape[0]], dtype=np.int64)
     rt.engine.wait_request(rt.control.Iallgather([mine, MPI.INT64_T], [counts, MPI.INT64_T]))
@@ -554,7 +623,6 @@ def allgather(x: Any, name: Optional[str] = None) -> Any:
     rt.engine.wait_request(request)
     if rt.timeline.enabled:
         rt.timeline.span("ALLGATHER", TID_MPI, t0, _now(), {"bytes": int(out.nbytes)})
-    rt.timeline.end("allgather")
     return new_like(ref, out, (int(counts.sum()),) + tuple(shape[1:]))
 
 

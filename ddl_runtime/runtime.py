@@ -68,6 +68,7 @@ class Runtime:
         self.small = world.Dup()  # single small allreduce calls (ops.allreduce's latency path)
         self.topology, algorithms = self._build_algorithms(hierarchy)
         self.local_gpuid = self.env.gpu_for_local_rank(self.topology.local_rank)
+        self.gpu = None  # ddl_runtime.gpu's state (every rank's GPU, the transport, staging buffers)
         epoch = self.control.bcast(time.time(), root=0)
         self.timeline = Timeline(self.env.timeline, self.rank, self.size, epoch) if self.env.timeline else NullTimeline()
         self.watchdog = Watchdog(self.side, self.env.stall_warning_s, self.env.stall_shutdown_s, self.abort)
@@ -80,6 +81,8 @@ class Runtime:
         self.plans: dict = {}
         self.finalized = False
         self._select_gpu()
+        from .gpu import transport
+        self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
         if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
             self.watchdog.start_thread()  # else the engine polls and runs the checks itself
 

@@ -13,9 +13,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .errors import DDLMismatchError
+from .errors import DDLInputError, DDLMismatchError
 
 Signature = Tuple  # (operation description, ((name, dtype, shape), ...))
+DEVICE_PROBLEM = "device problem"  # a head item (DEVICE_PROBLEM, text): this rank's tensors are misplaced
 
 _digests: Dict[Signature, int] = {}
 
@@ -61,7 +62,19 @@ def describe_mismatch(what: str, signatures: Sequence[Signature]) -> str:
     return f"{what}: ranks disagree on the collective's arguments"
 
 
+def with_device_problem(signature: Signature, problem: str) -> Signature:
+    """`signature` carrying this rank's device problem: the digest then differs from a sound rank's,
+    and raise_mismatch names the problem on every rank."""
+    return (signature[0] + ((DEVICE_PROBLEM, problem),), signature[1])
+
+
 def raise_mismatch(what: str, signatures: Sequence[Signature]) -> None:
+    problems = [(rank, item[1]) for rank, s in enumerate(signatures) for item in s[0]
+                if isinstance(item, tuple) and item[:1] == (DEVICE_PROBLEM,)]
+    if problems:
+        rank, text = problems[0]
+        more = f" (and on {_ranks([r for r, _ in problems[1:]])})" if len(problems) > 1 else ""
+        raise DDLInputError(f"{what}: rank {rank}: {text}{more}")
     raise DDLMismatchError(describe_mismatch(what, signatures))
 
 

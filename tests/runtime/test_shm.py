@@ -136,7 +136,7 @@ ddl.allreduce_n([x, t], op="avg"); ddl.allreduce_n([x], op="sum", check=1e-6)
 ddl.allreduce_n_async([t], op="avg").wait(); ddl.allreduce(x, op="max")
 assert np.array_equal(x, np.arange(6)) and torch.equal(t, torch.arange(4, dtype=torch.bfloat16))
 assert rt.shm is None
-gpu._nccl_group(rt, backend="gloo")  # what the runtime creates for device tensors (gloo stands in for NCCL)
+gpu.nccl.process_group(rt, backend="gloo")  # what the runtime creates for device tensors (gloo stands in for NCCL)
 assert dist.is_initialized()
 ddl.finalize()
 assert not dist.is_initialized(), "finalize left the process group it created"

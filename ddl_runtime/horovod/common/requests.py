@@ -22,8 +22,16 @@ def submit(kind: str, name: Optional[str], params: tuple, inputs: Sequence[np.nd
     ctl = controller_for(process_set, what)
     base = str(name) if name is not None else ctl.auto_name(kind)
     names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
-    entries = [(n, _dtype_name(a.dtype), a.shape) for n, a in zip(names, inputs)]
+    entries = [(n, _wire_dtype(a), tuple(a.shape)) for n, a in zip(names, inputs)]
     return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra, device=device))
+
+
+def _wire_dtype(a: Any) -> str:
+    """A numpy array's dtype; a torch tensor reduced where it lies (negotiation._post_allreduce_device)
+    is announced as "<dtype>@<device>", so ranks that disagree on the device fail as a dtype mismatch."""
+    if isinstance(a, np.ndarray):
+        return _dtype_name(a.dtype)
+    return f"{str(a.dtype).replace('torch.', '')}@{a.device.type}"
 
 
 def scales(prescale_factor: Any, postscale_factor: Any, what: str) -> Tuple[float, float]:

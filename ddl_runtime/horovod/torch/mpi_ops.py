@@ -89,6 +89,8 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
                      prescale: float, postscale: float, process_set, what: str, group: bool):
     """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
     device = _device_of(tensors, what)
+    if device == "cuda" and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
+        return _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group)
     inputs, outs, copy_back = [], [], []
     for i, t in enumerate(tensors):
         _check_tensor(t, what, reduce=True)
@@ -125,6 +127,60 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
             else:  # the engine's memory, reused once this tensor (and every view of it) is gone
                 res = torch.from_numpy(h.request.outputs[i]).to(device=orig.device, dtype=orig.dtype)
                 results.append(_scaled(res, post))
+        return results
+    return handle, finish
+
+
+_NCCL_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                torch.float64}
+
+
+def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> bool:
+    """Whether a request is reduced on the GPU: CUDA tensors only, of the global set, in a job whose
+    agreed transport is NCCL (ddl_runtime.gpu.transport), with an op and dtypes NCCL reduces.
+    Otherwise (ranks sharing a GPU: the host transport) they go through host memory as on CPU, as
+    do CUDA tensors of the other collectives."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.dtype not in _NCCL_DTYPES:
+            return False
+    if not tensors or process_set not in (None, global_process_set) or op_name not in ("sum", "average", "min", "max"):
+        return False
+    from ddl_runtime import runtime
+    from ddl_runtime.gpu.transport import decided
+    rt = runtime.current()
+    chosen = decided(rt)
+    return rt.size > 1 and chosen is not None and chosen.name == "nccl"
+
+
+def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group):
+    """_allreduce_start for the NCCL transport: the tensors themselves are submitted (announced as
+    "<dtype>@cuda") and, in negotiated order, summed (or min/max) per fused group on the device
+    (negotiation._post_allreduce_device); this layer scales on the device in the tensor's dtype, as
+    on the host transport (_scaled, _device_postscale).  An output on the same device is written in place."""
+    inputs, outs = [], []
+    for i, t in enumerate(tensors):
+        _check_tensor(t, what, reduce=True)
+        target = outputs[i] if outputs is not None else None
+        same = target is not None and target.device == t.device and target.dtype == t.dtype and target.is_contiguous()
+        inputs.append(_scaled(t.detach(), prescale).contiguous())
+        outs.append(target.detach() if same else None)
+    handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
+                     group=group, device="cuda")
+    post = _device_postscale(op_name, postscale, process_set, "cuda", what)
+
+    def finish(h: Handle) -> List[torch.Tensor]:
+        results = []
+        for i, res in enumerate(h.request.outputs):
+            target = outputs[i] if outputs is not None else None
+            if target is None:
+                results.append(_scaled(res, post))
+                continue
+            with torch.no_grad():
+                if post != 1.0:
+                    target.copy_(_scaled(res, post))
+                elif res.data_ptr() != target.data_ptr():
+                    target.copy_(res)
+            results.append(target)
         return results
     return handle, finish
 

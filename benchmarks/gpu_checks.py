@@ -1,0 +1,243 @@
+"""The runtime's CUDA collectives on a GPU machine (run by benchmarks/gpu_checks.sh, under mpiexec).
+
+    python benchmarks/gpu_checks.py collectives   # every core collective on CUDA tensors, six dtypes
+    python benchmarks/gpu_checks.py bound          # host-staged allreduce vs D2H + host allreduce + H2D
+    python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
+    python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
+    python benchmarks/gpu_checks.py nccl-code      # gpu/nccl.py and horovod's device route through real NCCL (1 rank)
+
+Rank 0 prints one `RESULT {json}` line: {"check", "transport", "failures", ...}; exit 1 on a failure.
+"""
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import ddl_runtime as ddl
+from ddl_runtime import runtime as _rt
+from ddl_runtime.errors import DDLError
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64]
+
+
+def values(rank, shape, dtype, shift=0):
+    n = 1
+    for d in shape:
+        n *= d
+    return ((torch.arange(n, dtype=torch.float64) % 5) + rank + shift).reshape(shape).to(dtype)
+
+
+def collectives(R, N, dev, failures):
+    def expect(op, shape, dtype, shift=0):
+        vals = torch.stack([values(r, shape, torch.float64, shift) for r in range(N)])
+        out = {"sum": vals.sum(0), "avg": vals.sum(0) / N, "min": vals.min(0).values,
+               "max": vals.max(0).values}[op]
+        return out.to(dtype)
+
+    def check(label, got, want):
+        if got.device != dev:
+            failures.append(f"{label}: result on {got.device}, not {dev}")
+            return
+        if got.dtype != want.dtype or tuple(got.shape) != tuple(want.shape) or not torch.equal(got.cpu(), want):
+            failures.append(f"{label}: got {got.flatten()[:4].tolist()}, want {want.flatten()[:4].tolist()}")
+
+    for dtype in DTYPES:
+        name = str(dtype).replace("torch.", "")
+        for op in ("sum", "avg", "min", "max"):
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            x = values(R, (3, 5), dtype).to(dev)
+            ddl.allreduce(x, op=op, name=f"x.{name}.{op}")
+            check(f"allreduce {op} {name}", x, expect(op, (3, 5), dtype))
+        group = [values(R, (7,), dtype, 1).to(dev), values(R, (2, 3), dtype, 2).to(dev)]
+        ddl.allreduce_n(group, op="sum", names=["a", "b"])
+        check(f"allreduce_n {name} a", group[0], expect("sum", (7,), dtype, 1))
+        check(f"allreduce_n {name} b", group[1], expect("sum", (2, 3), dtype, 2))
+        group = [values(R, (1000,), dtype, 1).to(dev), values(R, (4, 4), dtype, 2).to(dev)]
+        handle = ddl.allreduce_n_async(group, op="sum", names=["a", "b"])
+        out = handle.wait()
+        check(f"allreduce_n_async {name} a", out[0], expect("sum", (1000,), dtype, 1))
+        check(f"allreduce_n_async {name} b", out[1], expect("sum", (4, 4), dtype, 2))
+        srcs = [values(R, (5,), dtype, 3).to(dev), values(R, (3, 2), dtype).to(dev)]
+        keep = [s.clone() for s in srcs]
+        outs = [torch.empty_like(s) for s in srcs]
+        ddl.allreduce_n_into(srcs, outs, op="sum", names=["a", "b"])
+        check(f"allreduce_n_into {name} a", outs[0], expect("sum", (5,), dtype, 3))
+        check(f"allreduce_n_into {name} b", outs[1], expect("sum", (3, 2), dtype))
+        if not all(torch.equal(s, k) for s, k in zip(srcs, keep)):
+            failures.append(f"allreduce_n_into {name}: the sources were written")
+        flat, fresh = ddl.allreduce_n_fresh(srcs, op="sum", names=["a", "b"])
+        check(f"allreduce_n_fresh {name} a", fresh[0], expect("sum", (5,), dtype, 3))
+        check(f"allreduce_n_fresh {name} b", fresh[1], expect("sum", (3, 2), dtype))
+        b = values(R, (6,), dtype).to(dev)
+        ddl.bcast(b, root=N - 1, name=f"b.{name}")
+        check(f"bcast {name}", b, values(N - 1, (6,), dtype))
+        g = values(R, (R + 1, 3), dtype).to(dev)  # first dims differ: 1, 2, ...
+        got = ddl.allgather(g, name=f"g.{name}")
+        check(f"allgather {name}", got, torch.cat([values(r, (r + 1, 3), dtype) for r in range(N)]))
+    # a group that mixes devices on one rank only: the same one line on every rank, no hang
+    mixed = [torch.ones(2, device=dev), torch.ones(2) if R == N - 1 else torch.ones(2, device=dev)]
+    try:
+        ddl.allreduce_n(mixed, names=["w.dev", "w.mixed"])
+        failures.append("a mixed-device group on one rank did not raise")
+    except DDLError as exc:
+        if "different devices" not in str(exc) or "\n" in str(exc):
+            failures.append(f"mixed-device group: {exc}")
+    after = torch.full((2,), float(R), device=dev)
+    ddl.allreduce(after, name="after")
+    if after[0].item() != sum(range(N)):
+        failures.append("after the mixed-device error the ranks were out of step")
+
+
+def optimizer(R, N, dev, failures, steps=3):
+    """ddl_runtime.torch.DistributedOptimizer on CUDA: after `steps` SGD steps on rank-specific batches,
+    every rank's parameters equal one model trained on the mean of all ranks' losses."""
+    import ddl_runtime.torch as ddl_torch
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to(dev)
+
+    def batch(rank, step):
+        g = torch.Generator().manual_seed(100 * rank + step)
+        return torch.randn(4, 8, generator=g).to(dev), torch.randn(4, 2, generator=g).to(dev)
+
+    net, ref = model(), model()
+    opt = ddl_torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                         named_parameters=net.named_parameters())
+    ddl_torch.broadcast_parameters(net.state_dict(), root_rank=0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = batch(R, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        sum(torch.nn.functional.mse_loss(ref(*batch(r, step)[:1]), batch(r, step)[1]) for r in range(N)).div(N).backward()
+        ref_opt.step()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        if p.device != dev:
+            failures.append(f"optimizer: {name} moved to {p.device}")
+        elif not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            failures.append(f"optimizer: {name} differs from the mean-loss reference by {(p - q).abs().max().item():.3g}")
+
+
+def nccl_code(R, N, dev, failures):
+    """gpu/nccl.py's collectives and horovod's device route on CUDA through a real NCCL group (run at
+    one rank: two ranks on one GPU are what NCCL refuses; results are then each rank's own values)."""
+    import ddl_runtime.horovod.torch as hvd
+    from ddl_runtime.gpu import nccl
+    from ddl_runtime.horovod.common.process_sets import global_process_set
+    hvd.init()  # the process sets (the runtime is already up)
+    from ddl_runtime.horovod.common.requests import submit
+    rt = _rt.current()
+    group = nccl.process_group(rt)
+    if torch.distributed.get_backend() != "nccl":
+        failures.append(f"backend {torch.distributed.get_backend()}")
+    for dtype in DTYPES:
+        for op in ("sum", "avg", "min", "max"):
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            ts = [values(R, (3, 4), dtype).to(dev), values(R, (5,), dtype, 1).to(dev)]
+            nccl.allreduce_start(group, ts, op, N, ts).wait()
+            for t, want in zip(ts, [values(R, (3, 4), dtype), values(R, (5,), dtype, 1)]):
+                if t.device != dev or not torch.equal(t.cpu(), want):
+                    failures.append(f"nccl {op} {dtype}: {t.flatten()[:4].tolist()}")
+        b = values(R, (4,), dtype).to(dev)
+        nccl.broadcast(group, [b], 0)
+        g = nccl.allgather(group, values(R, (2, 3), dtype).to(dev), N)
+        if g.device != dev or not torch.equal(g.cpu(), values(R, (2, 3), dtype)):
+            failures.append(f"nccl allgather {dtype}")
+    t = values(R, (6,), torch.float32).to(dev)
+    h = submit("allreduce", "dev", ("average", 2.0, 0.5), [t], [None], global_process_set, "allreduce('dev')")
+    h.wait()
+    out = h.request.outputs[0]
+    if not isinstance(out, torch.Tensor) or out.device != dev or not torch.equal(out.cpu(), values(R, (6,), torch.float32)):
+        failures.append(f"horovod device route: {out!r}")
+    from ddl_runtime.horovod.torch import mpi_ops
+    t = values(R, (5,), torch.float16).to(dev)
+    handle, finish = mpi_ops._allreduce_on_device([t], [t], "ip", "sum", 1.0, 1.0, global_process_set, "ip", False)
+    handle.wait()
+    (res,) = finish(handle)
+    if res is not t or not torch.equal(t.cpu(), values(R, (5,), torch.float16)):
+        failures.append(f"horovod _allreduce_on_device in place: {res!r}")
+
+
+def _median_ms(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        ddl.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def bound(R, N, dev, failures, repeat=15):
+    import ddl_runtime.horovod.torch as hvd
+    hvd.init()
+    rows = []
+    for mb in (64, 4):
+        n = mb * 1024 * 1024 // 4
+        x = torch.ones(n, device=dev)
+        pinned = torch.empty(n, pin_memory=True)
+        ddl.allreduce(x, name="warm")
+        ddl.allreduce(pinned, name="warm.host")
+        staged = _median_ms(lambda: ddl.allreduce(x, name="x"), repeat)
+        d2h = _median_ms(lambda: pinned.copy_(x, non_blocking=True), repeat)
+        host = _median_ms(lambda: ddl.allreduce(pinned, name="h"), repeat)
+        h2d = _median_ms(lambda: x.copy_(pinned, non_blocking=True), repeat)
+        hvd_ms = _median_ms(lambda: hvd.allreduce(x, op=hvd.Sum, name="hx"), repeat)  # for comparison only
+        parts = d2h + host + h2d
+        limit = 1.3 if mb == 64 else 1.5
+        rows.append({"MB": mb, "staged_ms": round(staged, 3), "d2h_ms": round(d2h, 3), "host_allreduce_ms": round(host, 3),
+                     "h2d_ms": round(h2d, 3), "ratio": round(staged / parts, 3), "limit": limit,
+                     "hvd_allreduce_ms": round(hvd_ms, 3)})
+        if staged / parts > limit:
+            failures.append(f"{mb} MB: staged allreduce {staged:.2f} ms is {staged / parts:.2f}x of "
+                            f"D2H+host+H2D {parts:.2f} ms (limit {limit}x)")
+    return rows
+
+
+def main():
+    check = sys.argv[1]
+    ddl.init()
+    rt = _rt.current()
+    R, N = ddl.rank(), ddl.size()
+    dev = torch.device("cuda", ddl.local_gpuid() or 0)
+    torch.cuda.set_device(dev)
+    failures, extra = [], {}
+    if check == "collectives":
+        collectives(R, N, dev, failures)
+    elif check == "nccl-code":
+        nccl_code(R, N, dev, failures)
+    elif check == "optimizer":
+        optimizer(R, N, dev, failures)
+    elif check == "bound":
+        extra["rows"] = bound(R, N, dev, failures)
+    elif check == "forced-nccl":
+        try:
+            ddl.allreduce(torch.ones(4, device=dev), name="w")
+            failures.append("DDL_GPU_TRANSPORT=nccl on a shared GPU did not raise")
+        except DDLError as exc:
+            extra["error"] = str(exc)
+            if "NCCL cannot run two ranks" not in str(exc):
+                failures.append(f"unexpected error: {exc}")
+    transport = rt.gpu.transport if rt.gpu is not None else None
+    report = rt.control.gather({"rank": R, "failures": failures, **extra}, root=0)
+    if R == 0:
+        print("RESULT " + json.dumps({"check": check, "size": N, "device": torch.cuda.get_device_name(dev),
+                                      "torch": torch.__version__,
+                                      "transport": None if transport is None else [transport.name, transport.reason],
+                                      "ranks": report}), flush=True)
+    bad = any(r["failures"] for r in report) if R == 0 else bool(failures)
+    ddl.finalize()
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The runtime's CUDA collectives and the host-staging bound on a machine with one NVIDIA GPU, in one go.
+#
+#   benchmarks/gpu_checks.sh          # from the project root; results under $OUT (default ./gpu-checks)
+#
+# Prepare the machine as /work/shared/gpu/README.md says (wheels of mpich, mpi4py, msgspec,
+# platformdirs, python-hostlist in .whl/ when the machine has no package index; they are
+# installed here).  Runs, each with a time limit:
+#   1. collectives, 2 ranks sharing the GPU (host staging): six dtypes through allreduce (sum/avg/min/max),
+#      allreduce_n, allreduce_n_async, allreduce_n_into, allreduce_n_fresh, bcast, allgather with
+#      different first dims, and a mixed-device group on one rank (one line on every rank);
+#   2. the same at one rank (the identity);
+#   3. DDL_GPU_TRANSPORT=nccl on the shared GPU: the one-line refusal on every rank;
+#   4. ddl_runtime.torch.DistributedOptimizer, 2 ranks sharing the GPU, against a one-process reference;
+#   5. gpu/nccl.py's collectives and horovod.torch's device route on CUDA through a real NCCL group, at one
+#      rank (NCCL refuses two ranks on one GPU: the NCCL transport across ranks needs two GPUs);
+#   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D.
+# Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
+# summary.txt (the machine and each run's exit status), pip.log.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-checks}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps .whl/*.whl > "$OUT/pip.log" 2>&1
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+MPIEXEC=$(command -v mpiexec || echo "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/mpiexec")
+{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; "$MPIEXEC" --version | head -2; } > "$OUT/summary.txt" 2>&1
+
+run() {  # name, ranks, limit_s, extra mpiexec args..., -- check
+    local name=$1 n=$2 limit=$3; shift 3
+    local args=()
+    while [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    local log="$OUT/.$name.log"
+    timeout "$limit" "$MPIEXEC" -n "$n" -genv CUDA_VISIBLE_DEVICES 0 "${args[@]}" python3 benchmarks/gpu_checks.py "$@" \
+        > "$log" 2>&1
+    local rc=$?
+    { echo "== $name (exit $rc)"; cat "$log"; } >> "$OUT/checks.log"
+    grep '^RESULT ' "$log" | sed "s/^RESULT {/{\"run\": \"$name\", \"exit\": $rc, /" >> "$OUT/results.jsonl"
+    rm -f "$log"
+    echo "$name: exit $rc" | tee -a "$OUT/summary.txt"
+}
+: > "$OUT/results.jsonl"; : > "$OUT/checks.log"
+run collectives-2-ranks 2 180 -- collectives
+run collectives-1-rank 1 90 -- collectives
+run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
+run optimizer-2-ranks 2 90 -- optimizer
+run nccl-code-1-rank 1 90 -- nccl-code
+run bound-2-ranks 2 150 -- bound
