@@ -104,6 +104,7 @@ class LauncherOptions(_Strict):
     bind: Annotated[Optional[str], Meta(description="jsrun -b / srun --cpu-bind / aprun -cc value; default per launcher")] = None
     cuda_aware_mpi: Annotated[bool, Meta(description='jsrun --smpiargs="-gpu" (CUDA-aware Spectrum MPI)')] = False
     srun_mpi: Annotated[Optional[str], Meta(description="srun --mpi=<plugin> (e.g. pmi2, pmix)")] = None
+    gpu_bind: Annotated[Optional[str], Meta(description="srun --gpu-bind=<value> (Frontier: closest) where every rank owns its GPUs; left off when ranks share a GPU (--ranks-per-gpu), which ddlrun binds")] = None
     extra_args: Annotated[List[str], Meta(description="appended to every launch line")] = []
 
 
