@@ -145,12 +145,13 @@ def test_slurm_asks_for_the_nodes_gpus_not_one_per_task(site, program):
     assert f"--ntasks-per-node={2 * gpus}" in argv
     ddl = script.splitlines()[-1].split()
     assert ddl[ddl.index("--ranks-per-gpu") + 1] == "2"
-
-
-def test_frontier_keeps_gpu_bind_closest_without_sharing(program):
-    _, script = render("frontier", program, nodes=2, project="a")
+    # where each rank owns its GPU, the site's own form stays (per-rank binding: one GPU per task,
+    # Frontier with --gpu-bind=closest; Perlmutter's local-rank binding: the node's GPUs)
+    plan, script = render(site, program, **{**SHARED_JOBS[site], "ranks_per_gpu": None})
     argv = promised_launch(script)
-    assert "--gpus-per-task=1" in argv and "--gpu-bind=closest" in argv
+    assert ("--gpus-per-task=1" in argv) == (plan.site.gpu_binding == "per-rank")
+    assert ("--gpu-bind=closest" in argv) == (site == "frontier")
+
 
 
 # -- bad input: one line, status != 0, no traceback -------------------------------------
