@@ -101,6 +101,17 @@ class JobPlan:
         return argv + ["--", *self.program]
 
     @property
+    def mps_argv(self) -> Optional[List[str]]:
+        """Starts CUDA MPS once on every node before ranks that share a GPU start (sites with
+        ``mps_per_node``; ALCF Polaris: ``mpiexec -n <nodes> --ppn 1`` running the daemon); None
+        where the job needs none."""
+        if self.layout.ranks_per_gpu == 1 or not self.site.mps_per_node:
+            return None
+        one_per_node = compile_layout(self.site, ResourceRequest(nodes=self.layout.nodes, ranks_per_node=1,
+                                                                 gpus_per_rank=0))
+        return launch_command(one_per_node, LaunchContext(site=self.site), ["nvidia-cuda-mps-control", "-d"])
+
+    @property
     def launcher_argv(self) -> List[str]:
         # ddlrun writes a jsrun ERF when the resource-set flags cannot say the layout (ranks per
         # node not a multiple of the sockets): show that here too, so the script's comment
@@ -269,6 +280,7 @@ def render_script(plan: JobPlan) -> str:
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(site, lay.nodes, wall),
         launcher_line=sh_join(plan.launcher_argv),
+        mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
         workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
     )

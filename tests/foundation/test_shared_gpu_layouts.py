@@ -220,3 +220,16 @@ def test_idle_warning_names_the_fix_for_the_request_given(program):
     plan, _ = render("perlmutter", program, nodes=1, ranks_per_node=1, gpus_per_rank=1)
     assert plan.warnings[0].endswith("GPUs 1, 2, 3 stay idle on every node; --ranks-per-node 4 --gpus-per-rank 1 "
                                      "uses all 4")
+
+
+def test_polaris_starts_mps_on_every_node_before_the_ranks(program):
+    """ALCF, "Using MPS in Multi-node Jobs": mpiexec -n <nodes> --ppn 1 starts the MPS control
+    daemon on each node, then the application runs as usual."""
+    _, script = render("polaris", program, **SHARED_JOBS["polaris"])
+    lines = script.splitlines()
+    mps = lines.index("mpiexec -n 2 --ppn 1 --depth=32 --cpu-bind depth nvidia-cuda-mps-control -d")
+    assert mps < len(lines) - 1 and "--ranks-per-gpu 2" in lines[-1]      # ddlrun, the last line, after it
+    for site, kw in (("polaris", {**SHARED_JOBS["polaris"], "ranks_per_gpu": None}),
+                     ("perlmutter", SHARED_JOBS["perlmutter"]), ("summit", SHARED_JOBS["summit"])):
+        _, script = render(site, program, **kw)
+        assert "nvidia-cuda-mps-control" not in script, site
