@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.job_output import directives, normalize, promised_launch
+from helpers.job_output import assert_golden, directives, promised_launch, render_job as render
 
 from wmlce_tools.errors import WmlError
-from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.layout import LayoutError, compile_layout
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
@@ -29,19 +28,6 @@ from wmlce_tools.site.schema import replace
 
 GOLDEN = Path(__file__).parent / "golden"
 WML = [sys.executable, "-m", "wmlce_tools"]
-
-
-@pytest.fixture
-def program(tmp_path):
-    p = tmp_path / "train.py"
-    p.write_text("print('hi')\n")
-    return p
-
-
-def render(site, program, **kw):
-    plan = plan_job(get_site(site), ResourceRequest(**kw), [str(program), "--epochs", "3"],
-                    jobdir=Path("/jobs/j1"), workdir=Path("/work/proj"))
-    return plan, render_script(plan)
 
 
 def gpus_of(layout, node=0):
@@ -118,9 +104,7 @@ SHARED_JOBS = {
 @pytest.mark.parametrize("site", sorted(SHARED_JOBS))
 def test_golden_shared_gpu_scripts(site, program):
     _, script = render(site, program, **SHARED_JOBS[site])
-    golden = GOLDEN / f"shared-{site}.sh"
-    assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+    assert_golden(script, program, GOLDEN / f"shared-{site}.sh")
 
 
 def test_summit_resource_sets_of_two_ranks_and_gpumps(program):
