@@ -5,6 +5,7 @@ rank itself.  ``ddlrun -n 2`` on one GPU used to refuse the layout outright; wit
 still refuses, in one line that names it."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -101,8 +102,6 @@ def test_four_gpus_two_ranks_each_consecutive(ddlrun):
 def test_the_runtime_starts_on_the_shared_layout(ddlrun, one_gpu, tmp_path):
     prog = tmp_path / "rt.py"
     prog.write_text(RUNTIME_PROGRAM)
-    import json
-
     for extra in ([], ["--emulate-nodes", "2"]):
         r = ddlrun("--site", one_gpu, "-n", "2", "--ranks-per-gpu", "2", *extra, sys.executable, str(prog), timeout=120)
         assert r.returncode == 0, r.stderr
@@ -136,3 +135,17 @@ def test_summit_dry_run_is_the_scripts_promise():
     assert launch[:launch.index(sys.executable)] == promised[:-1]
     assert "--gpus" in launch and launch[launch.index("--gpus") + 1] == "0;0;1;1;2;2;3;3;4;4;5;5"
 
+
+
+def test_wml_submit_on_a_one_gpu_machine_passes_the_sharing_to_ddlrun(run_wml):
+    """The local site sees one GPU (CUDA_VISIBLE_DEVICES=0): the job script's ddlrun gets
+    --ranks-per-gpu and both emulated nodes' rank runs on it."""
+    one_gpu = {"CUDA_VISIBLE_DEVICES": "0", "WML_SITE": "local"}
+    p = run_wml("submit", "--nodes", "2", "--ranks-per-gpu", "2", str(SHOW_ENV), env=one_gpu)
+    assert p.returncode == 0, p.stderr
+    ranks = sorted((json.loads(ln.split("ENV ", 1)[1]) for ln in p.stdout.splitlines() if "ENV " in ln),
+                   key=lambda e: int(e["RANK"]))
+    assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"], e["DDL_EMULATE_NODES"]) for e in ranks] == [
+        ("0", "0", "2"), ("0", "0", "2")]
+    p = run_wml("submit", "--ranks-per-node", "2", str(SHOW_ENV), env=one_gpu)
+    assert p.returncode == 2 and "give --ranks-per-gpu 2 to share them" in p.stderr
