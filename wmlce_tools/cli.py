@@ -84,6 +84,7 @@ Site = Annotated[Optional[str], typer.Option("--site", "-s", help="Site profile 
 Nodes = Annotated[int, typer.Option("--nodes", "-N", help="Nodes.")]
 RanksPerNode = Annotated[Optional[int], typer.Option(help="Ranks per node (default: GPUs per node, or 1).")]
 GpusPerRank = Annotated[Optional[int], typer.Option(help="GPUs per rank (default: GPUs per node / ranks per node).")]
+RanksPerGpu = Annotated[Optional[int], typer.Option(help="K consecutive ranks of a node share one GPU (ranks per node default to GPUs x K; Summit adds -alloc_flags gpumps).")]
 CoresPerRank = Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")]
 ThreadsPerCore = Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")]
 Walltime = Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM, HH:MM:SS or seconds (90s); schedulers get whole minutes, rounded up.")]
@@ -124,7 +125,7 @@ def _horovod_exports(export, horovod: bool):
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
           queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
           alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None,
-          chain=None, checkpoint_dir=None, signal_margin=None):
+          chain=None, checkpoint_dir=None, signal_margin=None, ranks_per_gpu=None):
     """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked."""
     from .chain.spec import check_length
     from .jobscript import plan_job
@@ -139,7 +140,7 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
     profile = choose_site(site)
     walltime_s = parse_duration_s(walltime) if walltime is not None else None
     req = ResourceRequest(
-        nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank,
+        nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank, ranks_per_gpu=ranks_per_gpu,
         cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
         walltime=-(-walltime_s // 60) if walltime_s is not None else None,
         queue=queue, project=project, job_name=job_name, output=output, error=error,
@@ -159,9 +160,14 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
     return segment_plan(plan, run, 1), run
 
 
+def _warn(plan) -> None:
+    for line in plan.warnings:
+        sys.stderr.write(f"wml: warning: {line}\n")
+
+
 @app.command(context_settings=PROGRAM_CONTEXT)
 def render(program: Program, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
-           gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
+           gpus_per_rank: GpusPerRank = None, ranks_per_gpu: RanksPerGpu = None, cores_per_rank: CoresPerRank = None,
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
@@ -180,13 +186,14 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
     plan, _ = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                     queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                     alloc_flags, gpu_binding, jobdir=Path.cwd().absolute(), chain=chain,
-                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin)
+                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, ranks_per_gpu=ranks_per_gpu)
+    _warn(plan)
     sys.stdout.write(render_script(plan))
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
 def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
-           gpus_per_rank: GpusPerRank = None, cores_per_rank: CoresPerRank = None,
+           gpus_per_rank: GpusPerRank = None, ranks_per_gpu: RanksPerGpu = None, cores_per_rank: CoresPerRank = None,
            threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
            project: Project = None, job_name: JobName = "wml-job", output: Output = None,
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
@@ -208,7 +215,8 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     plan, run = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                       queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                       alloc_flags, gpu_binding, interactive=interactive, chain=chain,
-                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin)
+                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, ranks_per_gpu=ranks_per_gpu)
+    _warn(plan)
     if interactive:
         from .interactive import run_interactive
 

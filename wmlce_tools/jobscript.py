@@ -21,7 +21,7 @@ from . import __version__
 from .cache import cache_dir
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
-from .layout import Layout, check_queue_limits, compile_layout
+from .layout import Layout, check_queue_limits, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
 from .resources import ResourceRequest
 from .resources_data import data_dir
@@ -64,7 +64,17 @@ class JobPlan:
         words = (self.site.alloc_flags or "").split()
         words = [f"smt{self.layout.threads_per_core}" if re.fullmatch(r"(?i)smt\d+", w) else w for w in words]
         words += [w for w in self.request.alloc_flags if w not in words]
+        if self.layout.ranks_per_gpu > 1 and "gpumps" not in (w.lower() for w in words):
+            # ranks sharing a GPU need CUDA MPS: Summit's GPUs are EXCLUSIVE_PROCESS otherwise
+            # (OLCF Summit guide, "Multiple tasks, single GPU per RS")
+            words.append("gpumps")
         return " ".join(words) or None
+
+    @property
+    def warnings(self) -> Tuple[str, ...]:
+        """Lines for stderr about a job that runs but wastes what it asks for."""
+        idle = idle_gpu_warning(self.site, self.request, self.layout)
+        return (idle,) if idle else ()
 
     @property
     def attrs(self) -> Optional[str]:
@@ -78,6 +88,7 @@ class JobPlan:
         argv = [*_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node),
                 "--gpus-per-rank", str(lay.gpus_per_rank),
+                *(["--ranks-per-gpu", str(lay.ranks_per_gpu)] if lay.ranks_per_gpu > 1 else []),
                 "--cores-per-rank", str(lay.cores_per_rank),
                 "--threads-per-core", str(lay.threads_per_core),
                 "--mode", lay.mode]
@@ -88,6 +99,17 @@ class JobPlan:
         for key, _ in self.exports:
             argv += ["-x", key]
         return argv + ["--", *self.program]
+
+    @property
+    def mps_argv(self) -> Optional[List[str]]:
+        """Starts CUDA MPS once on every node before ranks that share a GPU start (sites with
+        ``mps_per_node``; ALCF Polaris: ``mpiexec -n <nodes> --ppn 1`` running the daemon); None
+        where the job needs none."""
+        if self.layout.ranks_per_gpu == 1 or not self.site.mps_per_node:
+            return None
+        one_per_node = compile_layout(self.site, ResourceRequest(nodes=self.layout.nodes, ranks_per_node=1,
+                                                                 gpus_per_rank=0))
+        return launch_command(one_per_node, LaunchContext(site=self.site), ["nvidia-cuda-mps-control", "-d"])
 
     @property
     def launcher_argv(self) -> List[str]:
@@ -258,6 +280,7 @@ def render_script(plan: JobPlan) -> str:
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(site, lay.nodes, wall),
         launcher_line=sh_join(plan.launcher_argv),
+        mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
         workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
     )

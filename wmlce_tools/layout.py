@@ -11,6 +11,12 @@ Placement rules (what jsrun/srun/aprun do with the same numbers):
 - hardware thread ``t`` of core ``c`` is numbered ``c * node.threads_per_core + t``.
 On the ``local`` site, ``nodes`` are emulated on this one host: the host's cores and GPUs are
 split between the emulated nodes; more ranks than cores share cores (``oversubscribed``).
+
+Ranks that share a GPU (``ranks_per_gpu`` K > 1, ``--ranks-per-gpu``): K consecutive local ranks
+get the same GPU, one GPU each (Summit's 6 GPUs x K=2: 12 ranks per node, ranks 0-1 on GPU 0,
+2-3 on GPU 1, ...; by socket as above).  Emulated nodes of a host with fewer GPUs than nodes
+share the host's GPUs the same way by global rank: 2 emulated nodes x 1 rank on a 1-GPU host
+with K=2 put both ranks on GPU 0 (how Horovod's test_torch.py runs 2 ranks on one GPU).
 """
 from __future__ import annotations
 
@@ -53,6 +59,8 @@ class Layout:
     oversubscribed: bool = False
     #: more ranks than cores (KNL: 128 ranks on 64 cores x 2 threads): ranks sharing each core
     ranks_per_core: int = 1
+    #: ranks sharing each GPU (``--ranks-per-gpu``)
+    ranks_per_gpu: int = 1
 
     @property
     def cpus_per_rank(self) -> int:
@@ -65,7 +73,16 @@ class Layout:
 
     @property
     def gpus_per_node(self) -> int:
-        return self.gpus_per_rank * self.ranks_per_node
+        """GPUs a node's ranks use (the ones K ranks share count once)."""
+        return self.gpus_per_rank * -(-self.ranks_per_node // self.ranks_per_gpu)
+
+    @property
+    def idle_gpus(self) -> Tuple[int, ...]:
+        """GPUs of a (real) node that no rank uses; () on CPU-only layouts and emulated nodes."""
+        if self.emulated or not self.gpus_per_rank:
+            return ()
+        used = {g for r in self.on_node(0) for g in r.gpus}
+        return tuple(g for g in range(self.node_spec.gpus) if g not in used)
 
     @property
     def racks(self) -> int:
@@ -86,6 +103,8 @@ class Layout:
 
     def describe(self) -> str:
         g = f", {self.gpus_per_rank} GPU(s)" if self.gpus_per_rank else ""
+        if self.ranks_per_gpu > 1:
+            g = f", {self.ranks_per_gpu} ranks per GPU"
         emu = " (emulated on this host)" if self.emulated else ""
         if self.ranks_per_core > 1:
             return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
@@ -113,21 +132,33 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
     node, emulated = _node_view(site, nodes)
     host_cores = site.node.cores
     G, C = node.gpus, node.cores
+    K = req.ranks_per_gpu or 1
+    if K > 1 and not site.node.gpus:
+        raise LayoutError(f"--ranks-per-gpu {K}: a {site.name} node has no GPUs to share")
+    # more emulated nodes than the host has GPUs: the emulated nodes share the host's GPUs
+    host_shared = K > 1 and emulated and G == 0
     if req.ranks_per_node:
         rpn = req.ranks_per_node
+    elif host_shared:
+        rpn = max(1, site.node.gpus * K // nodes)
+    elif K > 1:
+        rpn = G * K
     elif G and req.gpus_per_rank:      # --gpus-per-rank 2 on 6 GPUs: 3 ranks per node
         rpn = max(1, G // req.gpus_per_rank)
     else:
         rpn = G if G > 0 else 1
-    if req.gpus_per_rank is not None:
+    if K > 1:
+        gpr = 1
+        _check_shared_gpus(site, node, nodes, rpn, K, host_shared)
+    elif req.gpus_per_rank is not None:
         gpr = req.gpus_per_rank
     elif G and rpn > G:
         raise LayoutError(
-            f"{rpn} ranks per node but a {site.name} node has {G} GPUs; "
-            "give --gpus-per-rank 0 to run CPU-only ranks")
+            f"{rpn} ranks per node but a {site.name} node has {_count(G, 'GPU')}; give --ranks-per-gpu "
+            f"{-(-rpn // G)} to share them, or --gpus-per-rank 0 to run CPU-only ranks")
     else:
         gpr = G // rpn if G else 0
-    if gpr * rpn > G:
+    if K == 1 and gpr * rpn > G:
         raise LayoutError(
             f"{rpn} ranks per node x {gpr} GPU(s) per rank = {gpr * rpn} GPUs, "
             f"but a {site.name} node has {G}")
@@ -138,7 +169,7 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
 
     local = site.scheduler == "local"
     if rpn > C and not local:
-        return _shared_cores_layout(site, req, node, nodes, rpn, gpr, smt)
+        return _shared_cores_layout(site, req, node, nodes, rpn, gpr, smt, K)
 
     sockets = node.sockets
     per_socket = rpn % sockets == 0
@@ -165,24 +196,45 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
                 rps = rpn // sockets
                 sock, idx = divmod(lr, rps)
                 first_core = sock * node.cores_per_socket + idx * cpr
-                gps = gpr * rps
-                first_gpu = sock * node.gpus_per_socket + idx * gpr if gps <= node.gpus_per_socket else lr * gpr
+                gps = gpr * -(-rps // K)
+                on_socket = idx * gpr // K
+                first_gpu = sock * node.gpus_per_socket + on_socket if gps <= node.gpus_per_socket else lr * gpr // K
             else:
                 first_core = lr * cpr
-                first_gpu = lr * gpr
+                first_gpu = lr * gpr // K
             cores = tuple(core_base + ((first_core + i) % C) for i in range(cpr))
             if local:
                 cores = tuple(c % host_cores for c in cores)
+            if host_shared:
+                first_gpu, gpu_base = (n * rpn + lr) // K, 0
             gpus = tuple(gpu_base + first_gpu + i for i in range(gpr))
             hw = tuple(c * node.threads_per_core + t for c in cores for t in range(smt))
             ranks.append(RankSlot(len(ranks), n, lr, gpus, cores, hw))
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
                   cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
-                  nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed)
+                  nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed,
+                  ranks_per_gpu=K)
+
+
+def _check_shared_gpus(site: SiteProfile, node: NodeSpec, nodes: int, rpn: int, K: int, host_shared: bool) -> None:
+    """Ranks sharing GPUs K at a time: enough GPUs, and (jsrun) resource sets of K whole ranks."""
+    if host_shared:
+        need, have = -(-nodes * rpn // K), site.node.gpus
+        if need > have:
+            raise LayoutError(f"{nodes * rpn} ranks at {K} per GPU need {need} GPUs, but this host has {have}")
+        return
+    if rpn > node.gpus * K:
+        raise LayoutError(f"{rpn} ranks per node at {K} per GPU need {-(-rpn // K)} GPUs, "
+                          f"but a {site.name} node has {node.gpus}")
+    if site.launcher == "jsrun" and rpn % (node.sockets * K):
+        # jsrun -a K -g 1: a resource set holds K ranks and their GPU, within one socket (OLCF
+        # Summit guide, "Multiple tasks, single GPU per RS")
+        raise LayoutError(f"{rpn} ranks per node at {K} per GPU: jsrun resource sets of {K} ranks and one GPU "
+                          f"need ranks per node a multiple of {node.sockets * K} ({node.sockets} sockets)")
 
 
 def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec, nodes: int,
-                         rpn: int, gpr: int, smt: int) -> Layout:
+                         rpn: int, gpr: int, smt: int, K: int = 1) -> Layout:
     """More ranks per node than cores: each core's hw threads are split between ranks, as
     aprun does with ``-N 128 -d 1 -j 2`` on a 64-core KNL (ALCF "Affinity on Theta")."""
     C = node.cores
@@ -203,11 +255,67 @@ def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec
         for lr in range(rpn):
             core, slot = divmod(lr, rpc)
             hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
-            gpus = tuple(lr * gpr + i for i in range(gpr))
+            gpus = tuple(lr * gpr // K + i for i in range(gpr))
             ranks.append(RankSlot(len(ranks), n, lr, gpus, (core,), hw))
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
                   cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
-                  nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc)
+                  nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc, ranks_per_gpu=K)
+
+
+def idle_gpu_warning(site: SiteProfile, req: ResourceRequest, layout: Layout) -> Optional[str]:
+    """One line when ``layout`` leaves GPUs of every node unused (``--gpus-per-rank 3`` on a
+    4-GPU node), naming them and the option values that would use them all; None otherwise."""
+    idle = layout.idle_gpus
+    if not idle:
+        return None
+    G = layout.node_spec.gpus
+    used = G - len(idle)
+    fixes = []
+    for alt in _using_all_gpus(site, req, layout):
+        if alt not in fixes:
+            fixes.append(alt)
+    rpn, gpr = layout.ranks_per_node, layout.gpus_per_rank
+    shared = f" at {layout.ranks_per_gpu} per GPU" if layout.ranks_per_gpu > 1 else f" x {_count(gpr, 'GPU')}"
+    names = ", ".join(map(str, idle))
+    fix = f"; {' or '.join(fixes)} uses all {G}" if fixes else ""
+    return (f"{_count(rpn, 'rank')} per node{shared} use {used} of the {G} GPUs of a {site.name} node: "
+            f"{'GPUs' if len(idle) > 1 else 'GPU'} {names} {'stay' if len(idle) > 1 else 'stays'} idle on every node{fix}")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _using_all_gpus(site: SiteProfile, req: ResourceRequest, layout: Layout):
+    """Option spellings, close to the request, whose layout leaves no GPU idle."""
+    from dataclasses import replace as dc_replace
+
+    G = layout.node_spec.gpus
+    if layout.ranks_per_gpu > 1:
+        tries = [("--ranks-per-node", {"ranks_per_node": G * layout.ranks_per_gpu})]
+    else:
+        gpr = layout.gpus_per_rank
+        below = [d for d in range(1, G + 1) if G % d == 0 and d <= gpr]
+        above = [d for d in range(1, G + 1) if G % d == 0 and d >= gpr]
+        tries = []
+        for d in ([max(below)] if below else []) + ([min(above)] if above else []):
+            if req.ranks_per_node is not None:
+                tries.append(("--ranks-per-node", {"ranks_per_node": G // d, "gpus_per_rank": d}))
+            else:
+                tries.append(("--gpus-per-rank", {"gpus_per_rank": d}))
+    for option, change in tries:
+        try:
+            alt = compile_layout(site, dc_replace(req, **change))
+        except WmlError:
+            continue
+        if alt.idle_gpus:
+            continue
+        if option == "--ranks-per-node" and "gpus_per_rank" in change and req.gpus_per_rank is not None:
+            yield f"--ranks-per-node {change['ranks_per_node']} --gpus-per-rank {change['gpus_per_rank']}"
+        elif option == "--ranks-per-node":
+            yield f"--ranks-per-node {change['ranks_per_node']}"
+        else:
+            yield f"--gpus-per-rank {change['gpus_per_rank']} ({_count(alt.ranks_per_node, 'rank')} per node)"
 
 
 def _queue_walltime(site: SiteProfile, qname: str, nodes: int) -> Tuple[int, str]:

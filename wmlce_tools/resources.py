@@ -17,6 +17,7 @@ class ResourceRequest:
     nodes: int = 1
     ranks_per_node: Optional[int] = None      # default: GPUs per node, or 1 on CPU-only sites
     gpus_per_rank: Optional[int] = None       # default: GPUs per node / ranks per node
+    ranks_per_gpu: Optional[int] = None       # K consecutive local ranks share one GPU; default 1
     cores_per_rank: Optional[int] = None      # default: fair share of the usable cores
     threads_per_core: Optional[int] = None    # hw threads per core a rank uses (SMT level)
     walltime: Optional[int] = None            # minutes
@@ -34,7 +35,8 @@ class ResourceRequest:
     gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "ranks_per_node", "gpus_per_rank", "cores_per_rank", "threads_per_core", "walltime"):
+        for name in ("nodes", "ranks_per_node", "gpus_per_rank", "ranks_per_gpu", "cores_per_rank",
+                     "threads_per_core", "walltime"):
             v = getattr(self, name)
             if v is None:
                 continue
@@ -42,6 +44,11 @@ class ResourceRequest:
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 opt = "--" + name.replace("_", "-")
                 raise WmlError(f"{opt} must be an integer >= {low}, got {v!r}")
+        if (self.ranks_per_gpu or 1) > 1 and self.gpus_per_rank is not None and self.gpus_per_rank != 1:
+            what = "CPU-only ranks share no GPU" if self.gpus_per_rank == 0 else \
+                f"a rank sharing a GPU has that one GPU, not {self.gpus_per_rank}"
+            raise WmlError(f"--ranks-per-gpu {self.ranks_per_gpu} with --gpus-per-rank {self.gpus_per_rank}: {what}; "
+                           "drop --gpus-per-rank")
         for key, _ in self.exports:
             if not ENV_NAME.match(key):
                 raise WmlError(f"--export {key!r}: not a valid environment variable name")

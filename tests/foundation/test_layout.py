@@ -112,7 +112,7 @@ def test_any_valid_request_uses_each_gpu_and_core_once_and_numbers_ranks(case):
 
 
 def test_more_ranks_than_gpus_must_say_cpu_only():
-    with pytest.raises(LayoutError, match="12 ranks per node but a summit node has 6 GPUs; give --gpus-per-rank 0"):
+    with pytest.raises(LayoutError, match="12 ranks per node but a summit node has 6 GPUs; give --ranks-per-gpu 2 to share them, or --gpus-per-rank 0"):
         compile_layout(get_site("summit"), ResourceRequest(nodes=1, ranks_per_node=12))
     lay = compile_layout(get_site("summit"), ResourceRequest(nodes=1, ranks_per_node=12, gpus_per_rank=0))
     assert lay.size == 12 and all(r.gpus == () for r in lay.ranks)

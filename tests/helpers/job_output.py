@@ -36,6 +36,26 @@ def directives(script: str, prefix: str) -> List[str]:
     return [ln for ln in script.splitlines() if ln.startswith(prefix)]
 
 
+def render_job(site: str, program, **request):
+    """(JobPlan, script) of ``program --epochs 3`` on ``site``, as the golden files are made:
+    job directory /jobs/j1, working directory /work/proj."""
+    from pathlib import Path
+
+    from wmlce_tools.jobscript import plan_job, render_script
+    from wmlce_tools.resources import ResourceRequest
+    from wmlce_tools.site.registry import get_site
+
+    plan = plan_job(get_site(site), ResourceRequest(**request), [str(program), "--epochs", "3"],
+                    jobdir=Path("/jobs/j1"), workdir=Path("/work/proj"))
+    return plan, render_script(plan)
+
+
+def assert_golden(script: str, program, golden) -> None:
+    """``script`` (normalized) is the golden file ``golden`` word for word."""
+    assert normalize(script, program) == golden.read_text(), (
+        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+
+
 def normalize(text: str, program) -> str:
     """A rendered script without machine-specific paths, as the golden files hold it: the
     program's tmp path, wml's own ddlrun (called by absolute path) and this interpreter (used

@@ -27,6 +27,7 @@ def shrunk(name: str, local_slurm) -> dict:
     prof = yaml.safe_load((REPO / "site_configs" / f"{name}.yaml").read_text())
     prof["name"] = f"{name}-local"
     prof["node"].update(sockets=1, cores_per_socket=2, threads_per_core=1, gpus_per_socket=local_slurm.gpus_per_node)
+    prof["node"].pop("gpu_order", None)    # Frontier's order of its 8 GCDs; these nodes have fewer
     prof.pop("default_threads_per_core", None)
     prof["total_nodes"] = len(local_slurm.nodes)
     prof["queues"] = {"debug": {"default": True, "max_nodes": len(local_slurm.nodes), "max_walltime": "0:30"}}

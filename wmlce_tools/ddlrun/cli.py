@@ -1,6 +1,6 @@
 """The ``ddlrun`` command line (argparse: it starts on every job, so it must start fast).
 
-    ddlrun [-H h1,h2 | --hostfile FILE] [-n N] [--ranks-per-node K] [--gpus-per-rank G]
+    ddlrun [-H h1,h2 | --hostfile FILE] [-n N] [--ranks-per-node K] [--gpus-per-rank G] [--ranks-per-gpu K]
            [--cores-per-rank C] [--threads-per-core T] [--gpu-binding per-rank|local-rank]
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
@@ -31,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
 EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
           "DDL_OPTIONS, DDL_GPU_BINDING, DDL_LAYOUT_GPUS, CUDA_VISIBLE_DEVICES (per-rank binding) and, with "
           "--emulate-nodes, DDL_EMULATE_NODES.  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
+          "WML_RANKS_PER_GPU (as --ranks-per-gpu), "
           "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), WML_HOROVOD=1 "
           "(as --horovod).  "
           "Exit status: the first failing rank's.")
@@ -46,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks-per-node", type=int, help="ranks per node (default: GPUs per node, or 1; "
                    "fewer when the allocation gives each node fewer slots, said in one line)")
     p.add_argument("--gpus-per-rank", type=int, help="GPUs per rank (default: GPUs per node / ranks per node)")
+    p.add_argument("--ranks-per-gpu", type=int, metavar="K", help="K consecutive local ranks share one GPU "
+                   "(default: $WML_RANKS_PER_GPU, else 1; ranks per node default to GPUs x K)")
     p.add_argument("--cores-per-rank", type=int, help="cores per rank (default: fair share)")
     p.add_argument("--threads-per-core", type=int, help="hardware threads per core (SMT level)")
     p.add_argument("--gpu-binding", choices=("per-rank", "local-rank"),
@@ -85,6 +88,18 @@ def _exports(a) -> tuple:
     return exports
 
 
+def _ranks_per_gpu(given: Optional[int], env) -> Optional[int]:
+    """--ranks-per-gpu, else $WML_RANKS_PER_GPU (the ResourceRequest checks the value)."""
+    if given is not None:
+        return given
+    text = env.get("WML_RANKS_PER_GPU", "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise WmlError(f"WML_RANKS_PER_GPU={text!r}: expected an integer >= 1 (ranks sharing each GPU)")
+    return int(text)
+
+
 def parse_args(argv: Sequence[str]):
     from .plan import DdlrunOptions
 
@@ -112,6 +127,7 @@ def parse_args(argv: Sequence[str]):
             raise WmlError(f"{opt} must be >= 1, got {v}")
     return DdlrunOptions(program=tuple(program), hosts=a.hosts, hostfile=a.hostfile, np=a.np,
                          ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
+                         ranks_per_gpu=_ranks_per_gpu(a.ranks_per_gpu, os.environ),
                          cores_per_rank=a.cores_per_rank, threads_per_core=a.threads_per_core,
                          gpu_binding=a.gpu_binding,
                          site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,

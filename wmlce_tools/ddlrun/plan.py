@@ -45,6 +45,7 @@ class DdlrunOptions:
     np: Optional[int] = None
     ranks_per_node: Optional[int] = None
     gpus_per_rank: Optional[int] = None
+    ranks_per_gpu: Optional[int] = None  # K consecutive local ranks share one GPU
     cores_per_rank: Optional[int] = None
     threads_per_core: Optional[int] = None
     gpu_binding: Optional[str] = None    # per-rank | local-rank; default the site's
@@ -90,7 +91,8 @@ class LaunchPlan:
             node_lists.append(";".join(",".join(map(str, self.device_ids(r.gpus))) for r in lay.on_node(n)))
         if len(set(node_lists)) == 1:
             node_lists = node_lists[:1]
-        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 else "none"
+        # emulated nodes sharing the host's GPUs (--ranks-per-gpu) have GPUs though their node view has none
+        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 or any(r.gpus for r in lay.ranks) else "none"
         argv = [sys.executable, "-m", SHIM_MODULE, "--size", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
                 "--gpus", "|".join(node_lists), "--gpu-env", self.site.gpu_env, "--mode", self.mode,
@@ -307,7 +309,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                        f"or a site profile (--site) for your cluster")
     nodes, rpn, hosts = _nodes_and_rpn(opts, hosts)
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
-                          cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
+                          ranks_per_gpu=opts.ranks_per_gpu, cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
     layout = compile_layout(site, req)
     layout, fitted = _fit_to_slots(site, req, layout, hosts, opts)
     if (opts.emulate_nodes or 1) > 1 and not layout.emulated:

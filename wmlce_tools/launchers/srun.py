@@ -6,6 +6,10 @@ several hw threads, ``--threads-per-core`` says how many a task uses (the job sc
 ``#SBATCH --threads-per-core`` says the same, or the allocation holds fewer cores than srun
 asks for).  ``--cpus-per-task`` is always given: since Slurm 22.05 srun no longer inherits it
 from the allocation (only from SRUN_CPUS_PER_TASK).  Flags as in srun(1).
+Ranks that share a GPU (``--ranks-per-gpu K``): ``--gpus-per-task`` would give each task its own
+GPU, so the step asks for the node's GPUs (``--gpus-per-node``) and ddlrun's per-rank shim narrows
+CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES to the GPU the Layout gives K consecutive local ranks
+(srun(1) --gpus-per-node; sites: see the ``docs`` of each profile).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ def command(layout, ctx, program):
     if layout.node_spec.threads_per_core > 1:
         argv.append(f"--threads-per-core={layout.threads_per_core}")
     if layout.gpus_per_rank:
-        if ctx.site.gpu_binding == "local-rank":
+        if ctx.site.gpu_binding == "local-rank" or layout.ranks_per_gpu > 1:
             argv.append(f"--gpus-per-node={layout.gpus_per_node}")
         else:
             argv.append(f"--gpus-per-task={layout.gpus_per_rank}")
@@ -31,4 +35,6 @@ def command(layout, ctx, program):
     argv.append("--kill-on-bad-exit=1")
     if opts.srun_mpi:
         argv.append(f"--mpi={opts.srun_mpi}")
+    if opts.gpu_bind and layout.gpus_per_rank and layout.ranks_per_gpu == 1:
+        argv.append(f"--gpu-bind={opts.gpu_bind}")
     return argv + list(opts.extra_args) + list(ctx.extra_args) + program

@@ -104,6 +104,7 @@ class LauncherOptions(_Strict):
     bind: Annotated[Optional[str], Meta(description="jsrun -b / srun --cpu-bind / aprun -cc value; default per launcher")] = None
     cuda_aware_mpi: Annotated[bool, Meta(description='jsrun --smpiargs="-gpu" (CUDA-aware Spectrum MPI)')] = False
     srun_mpi: Annotated[Optional[str], Meta(description="srun --mpi=<plugin> (e.g. pmi2, pmix)")] = None
+    gpu_bind: Annotated[Optional[str], Meta(description="srun --gpu-bind=<value> (Frontier: closest) where every rank owns its GPUs; left off when ranks share a GPU (--ranks-per-gpu), which ddlrun binds")] = None
     extra_args: Annotated[List[str], Meta(description="appended to every launch line")] = []
 
 
@@ -163,6 +164,7 @@ class SiteProfile(_Strict):
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
     project_required: Annotated[bool, Meta(description="refuse to render a job without --project (OLCF rejects jobs without -P)")] = False
     launcher_options: LauncherOptions = LauncherOptions()
+    mps_per_node: Annotated[bool, Meta(description="with --ranks-per-gpu, the job script first starts CUDA MPS (nvidia-cuda-mps-control -d) once on every node through the launcher, as ALCF's Polaris page does; LSF sites use -alloc_flags gpumps instead")] = False
     gpu_env: Annotated[Literal["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"], Meta(description="variable that narrows a rank to its GPUs with per-rank binding (Frontier: ROCR_VISIBLE_DEVICES, Aurora: ZE_AFFINITY_MASK)")] = "CUDA_VISIBLE_DEVICES"
     pbs: PbsOptions = PbsOptions()
     slurm: SlurmOptions = SlurmOptions()
