@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 { nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } \
     >> "$OUT/summary.txt" 2>&1
 cd "$SUITE" || exit 2
-PYTEST=(python3 -m pytest -q -p no:cacheprovider -o addopts="" parallel/test_torch.py)
+PYTEST=(python3 -m pytest -q -rs -p no:cacheprovider -o addopts="" parallel/test_torch.py)
 timeout "${LIMIT2:-200}" ddlrun --horovod -n 2 --emulate-nodes 2 --ranks-per-gpu 2 "${PYTEST[@]}" \
     > "$OUT/test_torch_2ranks_shared.log" 2>&1
 echo "test_torch.py, 2 ranks sharing the GPU: exit $?; $(grep -E '[0-9]+ (passed|failed)' "$OUT/test_torch_2ranks_shared.log" | tr '\n' ' ')" \
