@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from .errors import WmlError
 from .resources import ResourceRequest
@@ -74,7 +74,12 @@ class Layout:
         return math.ceil(self.nodes / self.nodes_per_rack)
 
     def on_node(self, node: int) -> Tuple[RankSlot, ...]:
-        return tuple(r for r in self.ranks if r.node == node)
+        """The ranks of layout node ``node``, by local rank: a slice of ``ranks``, which are
+        numbered node by node (no scan of the other nodes' ranks: planning stays linear)."""
+        if not 0 <= node < self.nodes:
+            return ()
+        rpn = self.ranks_per_node
+        return self.ranks[node * rpn:(node + 1) * rpn]
 
     @property
     def mode(self) -> str:
@@ -93,6 +98,22 @@ class Layout:
                     f"{self.cpus_per_rank} hw thread(s) per rank")
         return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
                 f"{self.cores_per_rank} core(s) x {self.threads_per_core} hw thread(s) per rank")
+
+
+#: one rank's (gpus, cores, hwthreads)
+Slots = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]
+
+
+def _rank_table(nodes: int, placement: Callable[[int], Sequence[Slots]]) -> Tuple[RankSlot, ...]:
+    """Every rank, numbered node by node (rank = node * ranks_per_node + local_rank), from
+    ``placement(node)``: that node's slots by local rank.  Callers work a node's placement out
+    once when every node is placed alike (every node of a real machine), so a full machine
+    (127,488 ranks on Aurora) costs one RankSlot per rank, its tuples shared."""
+    ranks: list = []
+    for n in range(nodes):
+        base = len(ranks)
+        ranks += [RankSlot(base + lr, n, lr, g, c, h) for lr, (g, c, h) in enumerate(placement(n))]
+    return tuple(ranks)
 
 
 def _node_view(site: SiteProfile, nodes: int) -> Tuple[NodeSpec, bool]:
@@ -156,10 +177,8 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
     if local and (nodes > host_cores or rpn * nodes * cpr > host_cores):
         oversubscribed = True
 
-    ranks = []
-    for n in range(nodes):
-        core_base = (n * C) % host_cores if emulated else 0
-        gpu_base = n * G if emulated else 0
+    def node_slots(core_base: int, gpu_base: int) -> Tuple[Slots, ...]:
+        out = []
         for lr in range(rpn):
             if per_socket:
                 rps = rpn // sockets
@@ -175,9 +194,16 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
                 cores = tuple(c % host_cores for c in cores)
             gpus = tuple(gpu_base + first_gpu + i for i in range(gpr))
             hw = tuple(c * node.threads_per_core + t for c in cores for t in range(smt))
-            ranks.append(RankSlot(len(ranks), n, lr, gpus, cores, hw))
+            out.append((gpus, cores, hw))
+        return tuple(out)
+
+    if emulated:    # each emulated node has its own slice of the host's cores and GPUs
+        ranks = _rank_table(nodes, lambda n: node_slots((n * C) % host_cores, n * G))
+    else:
+        alike = node_slots(0, 0)
+        ranks = _rank_table(nodes, lambda _n: alike)
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=ranks,
                   nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed)
 
 
@@ -198,15 +224,14 @@ def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec
             f"{rpn} ranks per node on {C} cores x {smt} hw thread(s) per core: the ranks must fill "
             f"the hw threads of every core evenly{hint}")
     per_rank = smt // rpc
-    ranks = []
-    for n in range(nodes):
-        for lr in range(rpn):
-            core, slot = divmod(lr, rpc)
-            hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
-            gpus = tuple(lr * gpr + i for i in range(gpr))
-            ranks.append(RankSlot(len(ranks), n, lr, gpus, (core,), hw))
+    alike = []
+    for lr in range(rpn):
+        core, slot = divmod(lr, rpc)
+        hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
+        alike.append((tuple(lr * gpr + i for i in range(gpr)), (core,), hw))
+    ranks = _rank_table(nodes, lambda _n: tuple(alike))
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=ranks,
                   nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc)
 
 

@@ -85,9 +85,16 @@ class LaunchPlan:
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
+        # each node's GPU lists, spelled once per distinct placement (every node of a real
+        # machine has the same): linear in ranks, not ranks x nodes
+        spelled: Dict[Tuple[Tuple[int, ...], ...], str] = {}
         node_lists = []
         for n in range(lay.nodes):
-            node_lists.append(";".join(",".join(map(str, self.device_ids(r.gpus))) for r in lay.on_node(n)))
+            key = tuple(r.gpus for r in lay.on_node(n))
+            text = spelled.get(key)
+            if text is None:
+                text = spelled[key] = ";".join(",".join(map(str, self.device_ids(g))) for g in key)
+            node_lists.append(text)
         if len(set(node_lists)) == 1:
             node_lists = node_lists[:1]
         binding = self.site.gpu_binding if lay.node_spec.gpus > 0 else "none"
