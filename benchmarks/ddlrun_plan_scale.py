@@ -9,6 +9,8 @@ an allocation, the way the tests fake one:
   ``SLURM_TASKS_PER_NODE=8(xN)`` (8 ranks per node, one per GCD; at most its 9,408 nodes);
 - PBS Pro on Aurora: ``PBS_NODEFILE``, one line per node (``x4000c0s0b0n0`` style names),
   12 ranks per node (one per GPU tile); 10,624 nodes x 12 = 127,488 ranks;
+- each rank's shim at start (``rankexec``: the rank's environment from ddlrun's settings), for
+  the last rank of the Aurora job;
 - plus ``wml render --site frontier|aurora --nodes N`` (the job script; capped at the largest
   job the site's queues take: 9,408 on Frontier, 2,048 in Aurora's prod queue).
 Reports median and max wall time over REPEAT runs, and the child's CPU time (user + sys),
@@ -59,6 +61,13 @@ def cases(nodes: Tuple[int, ...], work: Path) -> Dict[str, Tuple[List[str], Dict
         pbs = {"PBS_JOBID": "4242.aurora-pbs-0001", "PBS_NODEFILE": str(nodefile)}
         out[f"ddlrun --dry-run, PBS aurora, {n} nodes x 12 = {12 * n} ranks"] = (
             ddlrun + ["--site", "aurora", "--dry-run", "python", "train.py"], pbs)
+    for n in nodes:   # what each rank's shim does at start: its own environment, from the same settings
+        size, last = 12 * n, 12 * n - 1
+        shim = [py, "-m", "wmlce_tools.ddlrun.rankexec", "--size", str(size), "--ranks-per-node", "12",
+                "--binding", "per-rank", "--gpus", ";".join(map(str, range(12))), "--gpu-env", "ZE_AFFINITY_MASK",
+                "--mode", f"p:12x{n}x1x1", "--master", f"{aurora_host(0)}:20000", "--output", "direct", "--", "true"]
+        out[f"rank shim (rankexec), rank {last} of {size} (aurora, {n} nodes)"] = (shim, {
+            "PALS_RANKID": str(last), "PALS_LOCAL_RANKID": "11", "PMI_RANK": str(last), "PMI_SIZE": str(size)})
     for site, most in RENDER_SITES:   # the largest job each site's queues take
         for n in sorted({min(n, most) for n in nodes}):
             out[f"wml render --site {site} --nodes {n}"] = (

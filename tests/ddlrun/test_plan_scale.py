@@ -112,7 +112,7 @@ def dry_run(args: List[str], env: Dict[str, str], work: Path) -> str:
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_dry_run_output_unchanged(name, tmp_path, monkeypatch):
+def test_dry_run_output_unchanged(name, tmp_path, monkeypatch, isolated_env):
     if "openmpi" in name and openmpi_mpiexec() != OPENMPI:
         pytest.skip(f"needs Debian's Open MPI at {OPENMPI}")
     monkeypatch.chdir(tmp_path)
@@ -145,7 +145,8 @@ def _counting_compile(site, req):
 @pytest.mark.parametrize("name, nodes", [
     ("aurora-pbs-3-nodes", 64), ("frontier-slurm-4-nodes", 64), ("summit-lsf-erf", 64),
     ("fakempi-openmpi-rankfile", 48)])
-def test_plan_and_dry_run_touch_each_rank_a_bounded_number_of_times(name, nodes, tmp_path, monkeypatch):
+def test_plan_and_dry_run_touch_each_rank_a_bounded_number_of_times(name, nodes, tmp_path, monkeypatch,
+                                                                   isolated_env):
     """The whole plan and its dry run (launch line, shim settings, rankfile/ERF) at N nodes hand
     out each rank a bounded number of times: linear in ranks.  The old Layout.on_node scanned
     every rank for each node (64 nodes: 64 x ranks)."""
