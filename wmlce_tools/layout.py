@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from functools import cached_property
+from typing import Optional, Tuple
 
 from .errors import WmlError
 from .resources import ResourceRequest
@@ -26,6 +27,10 @@ from .walltime import hhmm, parse_walltime
 
 class LayoutError(WmlError):
     """A request the site's nodes cannot hold."""
+
+
+#: one rank's place on its node: (gpus, cores, hwthreads)
+Slots = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,9 @@ class Layout:
     cores_per_rank: int
     threads_per_core: int
     node_spec: NodeSpec
-    ranks: Tuple[RankSlot, ...]
+    #: each node's slots by local rank; one entry when every node is placed alike (every node of
+    #: a real machine: a full machine is one node's placement, not 127,488 rank records)
+    placements: Tuple[Tuple[Slots, ...], ...]
     nodes_per_rack: Optional[int] = None
     emulated: bool = False
     oversubscribed: bool = False
@@ -61,7 +68,18 @@ class Layout:
 
     @property
     def size(self) -> int:
-        return len(self.ranks)
+        return self.nodes * self.ranks_per_node
+
+    @cached_property
+    def ranks(self) -> Tuple[RankSlot, ...]:
+        """Every rank, numbered node by node (rank = node * ranks_per_node + local_rank); made
+        on first use: launchers whose flags say the placement (srun, PALS, aprun) never need it,
+        a rankfile or ERF does."""
+        return tuple(r for n in range(self.nodes) for r in self.on_node(n))
+
+    def node_slots(self, node: int) -> Tuple[Slots, ...]:
+        """Node ``node``'s slots by local rank (the same tuple for nodes placed alike)."""
+        return self.placements[node if len(self.placements) > 1 else 0]
 
     @property
     def gpus_per_node(self) -> int:
@@ -74,12 +92,12 @@ class Layout:
         return math.ceil(self.nodes / self.nodes_per_rack)
 
     def on_node(self, node: int) -> Tuple[RankSlot, ...]:
-        """The ranks of layout node ``node``, by local rank: a slice of ``ranks``, which are
-        numbered node by node (no scan of the other nodes' ranks: planning stays linear)."""
+        """The ranks of layout node ``node``, by local rank (made from its placement: no scan of
+        the other nodes' ranks, so planning stays linear in ranks)."""
         if not 0 <= node < self.nodes:
             return ()
-        rpn = self.ranks_per_node
-        return self.ranks[node * rpn:(node + 1) * rpn]
+        base = node * self.ranks_per_node
+        return tuple(RankSlot(base + lr, node, lr, g, c, h) for lr, (g, c, h) in enumerate(self.node_slots(node)))
 
     @property
     def mode(self) -> str:
@@ -98,22 +116,6 @@ class Layout:
                     f"{self.cpus_per_rank} hw thread(s) per rank")
         return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
                 f"{self.cores_per_rank} core(s) x {self.threads_per_core} hw thread(s) per rank")
-
-
-#: one rank's (gpus, cores, hwthreads)
-Slots = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]
-
-
-def _rank_table(nodes: int, placement: Callable[[int], Sequence[Slots]]) -> Tuple[RankSlot, ...]:
-    """Every rank, numbered node by node (rank = node * ranks_per_node + local_rank), from
-    ``placement(node)``: that node's slots by local rank.  Callers work a node's placement out
-    once when every node is placed alike (every node of a real machine), so a full machine
-    (127,488 ranks on Aurora) costs one RankSlot per rank, its tuples shared."""
-    ranks: list = []
-    for n in range(nodes):
-        base = len(ranks)
-        ranks += [RankSlot(base + lr, n, lr, g, c, h) for lr, (g, c, h) in enumerate(placement(n))]
-    return tuple(ranks)
 
 
 def _node_view(site: SiteProfile, nodes: int) -> Tuple[NodeSpec, bool]:
@@ -198,12 +200,11 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
         return tuple(out)
 
     if emulated:    # each emulated node has its own slice of the host's cores and GPUs
-        ranks = _rank_table(nodes, lambda n: node_slots((n * C) % host_cores, n * G))
-    else:
-        alike = node_slots(0, 0)
-        ranks = _rank_table(nodes, lambda _n: alike)
+        placements = tuple(node_slots((n * C) % host_cores, n * G) for n in range(nodes))
+    else:           # every node alike: worked out once
+        placements = (node_slots(0, 0),)
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=ranks,
+                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, placements=placements,
                   nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed)
 
 
@@ -224,14 +225,13 @@ def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec
             f"{rpn} ranks per node on {C} cores x {smt} hw thread(s) per core: the ranks must fill "
             f"the hw threads of every core evenly{hint}")
     per_rank = smt // rpc
-    alike = []
+    slots = []
     for lr in range(rpn):
         core, slot = divmod(lr, rpc)
         hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
-        alike.append((tuple(lr * gpr + i for i in range(gpr)), (core,), hw))
-    ranks = _rank_table(nodes, lambda _n: tuple(alike))
+        slots.append((tuple(lr * gpr + i for i in range(gpr)), (core,), hw))
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=ranks,
+                  cores_per_rank=1, threads_per_core=smt, node_spec=node, placements=(tuple(slots),),
                   nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc)
 
 

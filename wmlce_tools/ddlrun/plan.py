@@ -85,15 +85,14 @@ class LaunchPlan:
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
-        # each node's GPU lists, spelled once per distinct placement (every node of a real
-        # machine has the same): linear in ranks, not ranks x nodes
-        spelled: Dict[Tuple[Tuple[int, ...], ...], str] = {}
+        # each node's GPU lists, spelled once per placement (a real machine's nodes share one)
+        spelled: Dict[tuple, str] = {}
         node_lists = []
         for n in range(lay.nodes):
-            key = tuple(r.gpus for r in lay.on_node(n))
-            text = spelled.get(key)
+            slots = lay.node_slots(n)
+            text = spelled.get(slots)
             if text is None:
-                text = spelled[key] = ";".join(",".join(map(str, self.device_ids(g))) for g in key)
+                text = spelled[slots] = ";".join(",".join(map(str, self.device_ids(g))) for g, _, _ in slots)
             node_lists.append(text)
         if len(set(node_lists)) == 1:
             node_lists = node_lists[:1]
