@@ -1,6 +1,7 @@
 """Wall time of ``ddlrun --dry-run`` inside fake full-machine allocations (issue 31 item 7).
 
-    python benchmarks/ddlrun_plan_scale.py [--repeat 3] [--nodes 1000,9408,10624] [--profile CASE]
+    python benchmarks/ddlrun_plan_scale.py [--repeat 3] [--nodes 1000,9408,10624] [--only TEXT]
+        [--baseline DIR] [--profile TEXT]
 
 Each case runs the installed ``ddlrun`` (``python -m wmlce_tools.ddlrun.cli``, its own
 interpreter, as a job script runs it) with a clean environment that looks like the inside of
@@ -13,9 +14,10 @@ an allocation, the way the tests fake one:
   the last rank of the Aurora job;
 - plus ``wml render --site frontier|aurora --nodes N`` (the job script; capped at the largest
   job the site's queues take: 9,408 on Frontier, 2,048 in Aurora's prod queue).
-Reports median and max wall time over REPEAT runs, and the child's CPU time (user + sys),
-which is less sensitive to other processes on a shared box, next to a bare
-``python -c pass`` measured in the same rounds.  ``--profile CASE`` runs one case's plan
+Reports the child's CPU time (user + sys), which is less sensitive to other processes on a
+shared box, and its wall time (median, min, max) over REPEAT rounds, next to a bare
+``python -c pass`` measured in the same rounds.  ``--baseline DIR`` runs every case again with
+an older tree first on PYTHONPATH, interleaved in the same rounds, so before/after is one run.  ``--profile CASE`` runs one case's plan
 in-process under cProfile and prints the top functions instead.
 """
 from __future__ import annotations
@@ -115,6 +117,8 @@ def main() -> None:
                     help="node counts, comma-separated (default %(default)s)")
     ap.add_argument("--only", help="run only the cases whose name contains this text")
     ap.add_argument("--profile", metavar="TEXT", help="cProfile the first case whose name contains TEXT")
+    ap.add_argument("--baseline", metavar="DIR", help="also run every case, interleaved, with DIR first on "
+                    "PYTHONPATH: an older tree unpacked there (git archive COMMIT | tar -x -C DIR)")
     args = ap.parse_args()
     nodes = tuple(int(n) for n in args.nodes.split(","))
     work = Path(tempfile.mkdtemp(prefix="ddlrun-scale-"))
@@ -127,19 +131,32 @@ def main() -> None:
         return
     if args.only:
         todo = {n: c for n, c in todo.items() if args.only in n or n.startswith("python")}
-    results: Dict[str, List[Tuple[float, float, int]]] = {name: [] for name in todo}
-    for _ in range(args.repeat):   # rounds: load on a shared box hits every case alike
+    trees = {"this tree": None}
+    if args.baseline:
+        trees["baseline"] = str(Path(args.baseline).resolve())
+    results: Dict[Tuple[str, str], List[Tuple[float, float, int]]] = {
+        (name, tree): [] for name in todo for tree in trees}
+    for _ in range(args.repeat):   # rounds: load on a shared box hits every case and tree alike
         for name, (argv, extra) in todo.items():
-            results[name].append(run(argv, clean_env(extra, work), work))
+            for tree, path in trees.items():
+                env = clean_env(extra, work)
+                if path:
+                    env["PYTHONPATH"] = path
+                results[name, tree].append(run(argv, env, work))
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.2f}, python {platform.python_version()}, repeat {args.repeat}")
-    print("| command | median wall (s) | max wall (s) | median CPU (s) | output bytes |")
-    print("|---|---|---|---|---|")
-    for name, rows in results.items():
+          f"load {os.getloadavg()[0]:.2f}, python {platform.python_version()}, repeat {args.repeat}"
+          + (f", baseline {args.baseline}" if args.baseline else ""))
+    print("| command | tree | median CPU (s) | median wall (s) | min wall (s) | max wall (s) | output bytes |")
+    print("|---|---|---|---|---|---|---|")
+    for (name, tree), rows in results.items():
         walls = [r[0] for r in rows]
-        cpus = [r[1] for r in rows]
-        print(f"| {name} | {statistics.median(walls):.3f} | {max(walls):.3f} | "
-              f"{statistics.median(cpus):.3f} | {rows[0][2]} |")
+        cpu = statistics.median(r[1] for r in rows)
+        ratio = ""
+        if tree == "baseline":
+            here = statistics.median(r[1] for r in results[name, "this tree"])
+            ratio = f" ({cpu / here:.1f}x this tree's)" if here else ""
+        print(f"| {name} | {tree} | {cpu:.3f}{ratio} | {statistics.median(walls):.3f} | {min(walls):.3f} | "
+              f"{max(walls):.3f} | {rows[0][2]} |")
 
 
 if __name__ == "__main__":
