@@ -163,6 +163,7 @@ def test_plan_and_dry_run_read_each_rank_a_bounded_number_of_times(name, nodes, 
     bound = 8 * (ranks if plan.placement else plan.layout.ranks_per_node)
     assert CountingSlot.reads <= bound, f"{CountingSlot.reads} rank fields read for {ranks} ranks on {nodes} nodes"
 
+
 @pytest.mark.parametrize("site, req", [
     ("aurora", ResourceRequest(nodes=40)), ("frontier", ResourceRequest(nodes=40)),
     ("summit", ResourceRequest(nodes=40, ranks_per_node=3)),
