@@ -26,6 +26,7 @@ import argparse
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -111,6 +112,14 @@ def profile(name: str, argv: List[str], env: Dict[str, str], cwd: Path) -> None:
 
 
 def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="ddlrun-scale-"))
+    try:
+        measure(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(work: Path) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
@@ -121,7 +130,6 @@ def main() -> None:
                     "PYTHONPATH: an older tree unpacked there (git archive COMMIT | tar -x -C DIR)")
     args = ap.parse_args()
     nodes = tuple(int(n) for n in args.nodes.split(","))
-    work = Path(tempfile.mkdtemp(prefix="ddlrun-scale-"))
     (work / "train.py").write_text("print('hi')\n")
     todo = cases(nodes, work)
     if args.profile:
