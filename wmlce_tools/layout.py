@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional, Tuple
 
 from .errors import WmlError
@@ -32,6 +33,10 @@ from .walltime import hhmm, parse_walltime
 
 class LayoutError(WmlError):
     """A request the site's nodes cannot hold."""
+
+
+#: one rank's place on its node: (gpus, cores, hwthreads)
+Slots = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,9 @@ class Layout:
     cores_per_rank: int
     threads_per_core: int
     node_spec: NodeSpec
-    ranks: Tuple[RankSlot, ...]
+    #: each node's slots by local rank; one entry when every node is placed alike (every node of
+    #: a real machine: a full machine is one node's placement, not 127,488 rank records)
+    placements: Tuple[Tuple[Slots, ...], ...]
     nodes_per_rack: Optional[int] = None
     emulated: bool = False
     oversubscribed: bool = False
@@ -69,7 +76,18 @@ class Layout:
 
     @property
     def size(self) -> int:
-        return len(self.ranks)
+        return self.nodes * self.ranks_per_node
+
+    @cached_property
+    def ranks(self) -> Tuple[RankSlot, ...]:
+        """Every rank, numbered node by node (rank = node * ranks_per_node + local_rank); made
+        on first use: launchers whose flags say the placement (srun, PALS, aprun) never need it,
+        a rankfile or ERF does."""
+        return tuple(r for n in range(self.nodes) for r in self.on_node(n))
+
+    def node_slots(self, node: int) -> Tuple[Slots, ...]:
+        """Node ``node``'s slots by local rank (the same tuple for nodes placed alike)."""
+        return self.placements[node if len(self.placements) > 1 else 0]
 
     @property
     def gpus_per_node(self) -> int:
@@ -91,7 +109,12 @@ class Layout:
         return math.ceil(self.nodes / self.nodes_per_rack)
 
     def on_node(self, node: int) -> Tuple[RankSlot, ...]:
-        return tuple(r for r in self.ranks if r.node == node)
+        """The ranks of layout node ``node``, by local rank (made from its placement: no scan of
+        the other nodes' ranks, so planning stays linear in ranks)."""
+        if not 0 <= node < self.nodes:
+            return ()
+        base = node * self.ranks_per_node
+        return tuple(RankSlot(base + lr, node, lr, g, c, h) for lr, (g, c, h) in enumerate(self.node_slots(node)))
 
     @property
     def mode(self) -> str:
@@ -187,10 +210,8 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
     if local and (nodes > host_cores or rpn * nodes * cpr > host_cores):
         oversubscribed = True
 
-    ranks = []
-    for n in range(nodes):
-        core_base = (n * C) % host_cores if emulated else 0
-        gpu_base = n * G if emulated else 0
+    def node_slots(n: int, core_base: int, gpu_base: int) -> Tuple[Slots, ...]:
+        out = []
         for lr in range(rpn):
             if per_socket:
                 rps = rpn // sockets
@@ -209,9 +230,15 @@ def compile_layout(site: SiteProfile, req: ResourceRequest) -> Layout:
                 first_gpu, gpu_base = (n * rpn + lr) // K, 0
             gpus = tuple(gpu_base + first_gpu + i for i in range(gpr))
             hw = tuple(c * node.threads_per_core + t for c in cores for t in range(smt))
-            ranks.append(RankSlot(len(ranks), n, lr, gpus, cores, hw))
+            out.append((gpus, cores, hw))
+        return tuple(out)
+
+    if emulated:    # each emulated node has its own slice of the host's cores and GPUs
+        placements = tuple(node_slots(n, (n * C) % host_cores, n * G) for n in range(nodes))
+    else:           # every node alike: worked out once
+        placements = (node_slots(0, 0, 0),)
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  cores_per_rank=cpr, threads_per_core=smt, node_spec=node, placements=placements,
                   nodes_per_rack=site.nodes_per_rack, emulated=emulated, oversubscribed=oversubscribed,
                   ranks_per_gpu=K)
 
@@ -250,15 +277,13 @@ def _shared_cores_layout(site: SiteProfile, req: ResourceRequest, node: NodeSpec
             f"{rpn} ranks per node on {C} cores x {smt} hw thread(s) per core: the ranks must fill "
             f"the hw threads of every core evenly{hint}")
     per_rank = smt // rpc
-    ranks = []
-    for n in range(nodes):
-        for lr in range(rpn):
-            core, slot = divmod(lr, rpc)
-            hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
-            gpus = tuple(lr * gpr // K + i for i in range(gpr))
-            ranks.append(RankSlot(len(ranks), n, lr, gpus, (core,), hw))
+    slots = []
+    for lr in range(rpn):
+        core, slot = divmod(lr, rpc)
+        hw = tuple(core * node.threads_per_core + slot * per_rank + t for t in range(per_rank))
+        slots.append((tuple(lr * gpr // K + i for i in range(gpr)), (core,), hw))
     return Layout(site=site.name, nodes=nodes, ranks_per_node=rpn, gpus_per_rank=gpr,
-                  cores_per_rank=1, threads_per_core=smt, node_spec=node, ranks=tuple(ranks),
+                  cores_per_rank=1, threads_per_core=smt, node_spec=node, placements=(tuple(slots),),
                   nodes_per_rack=site.nodes_per_rack, ranks_per_core=rpc, ranks_per_gpu=K)
 
 

@@ -86,13 +86,19 @@ class LaunchPlan:
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
+        # each node's GPU lists, spelled once per placement (a real machine's nodes share one)
+        spelled: Dict[tuple, str] = {}
         node_lists = []
         for n in range(lay.nodes):
-            node_lists.append(";".join(",".join(map(str, self.device_ids(r.gpus))) for r in lay.on_node(n)))
+            slots = lay.node_slots(n)
+            text = spelled.get(slots)
+            if text is None:
+                text = spelled[slots] = ";".join(",".join(map(str, self.device_ids(g))) for g, _, _ in slots)
+            node_lists.append(text)
         if len(set(node_lists)) == 1:
             node_lists = node_lists[:1]
         # emulated nodes sharing the host's GPUs (--ranks-per-gpu) have GPUs though their node view has none
-        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 or any(r.gpus for r in lay.ranks) else "none"
+        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 or any(gpus for p in lay.placements for gpus, _, _ in p) else "none"
         argv = [sys.executable, "-m", SHIM_MODULE, "--size", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
                 "--gpus", "|".join(node_lists), "--gpu-env", self.site.gpu_env, "--mode", self.mode,
