@@ -7,6 +7,8 @@ test here asserts its own checks on both ranks.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from test_tf_horovod import _ddlrun, _passed
@@ -61,3 +63,34 @@ def test_distributed_optimizer_wraps_a_tensorflow1_optimizer(tf1_graph):
                      "apply_gradients)")
     _both(tf1_graph, "tf.compat.v1: DistributedOptimizer on a process set (a rank outside it keeps its own "
                      "gradients)")
+
+
+def _rows(events: list) -> dict:
+    """Horovod's layout: tensor name -> its events, by the pid its process_name metadata names."""
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name" and e["pid"] != 0}
+    rows: dict = {}
+    for e in events:
+        if e.get("ph") != "M" and e.get("pid") in names:
+            rows.setdefault(names[e["pid"]], []).append(e)
+    return rows
+
+
+def test_timeline_has_horovods_per_tensor_rows_and_cycle_marks(tf_sets):
+    out, trace = tf_sets
+    _both(out, "timeline rows")
+    events = json.loads(trace.read_text())  # rank 0's file, closed at shutdown: strict JSON
+    header = next(e for e in events if e.get("name") == "process_name" and e["pid"] == 0)
+    assert "start_time_since_epoch_in_micros" in header["args"], header
+    rows = _rows(events)
+    row = rows.get("allreduce.test_allreduce")
+    assert row, sorted(rows)
+    phases = [(e["ph"], e.get("name")) for e in row]
+    assert phases[:4] == [("B", "NEGOTIATE_ALLREDUCE"), ("X", "0"), ("E", None), ("B", "ALLREDUCE")], phases
+    assert phases[4][0] == "B" and phases[4][1].endswith("_ALLREDUCE") and phases[5] == ("E", None), phases
+    assert row[-1]["ph"] == "E" and row[-1]["args"] == {"dtype": "HOROVOD_FLOAT32", "shape": "[2]"}, row[-1]
+    assert [e["ts"] for e in row] == sorted(e["ts"] for e in row), row
+    bcast = [(e["ph"], e.get("name")) for e in rows["broadcast.test_broadcast"]]
+    assert bcast[0] == ("B", "NEGOTIATE_BROADCAST") and ("B", "BROADCAST") in bcast, bcast
+    marks = [e for e in events if e.get("name") == "CYCLE_START"]
+    assert marks and all(e["ph"] == "i" and e["s"] == "g" for e in marks), marks[:3]
