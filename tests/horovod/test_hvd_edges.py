@@ -94,3 +94,17 @@ def test_timeline_has_horovods_per_tensor_rows_and_cycle_marks(tf_sets):
     assert bcast[0] == ("B", "NEGOTIATE_BROADCAST") and ("B", "BROADCAST") in bcast, bcast
     marks = [e for e in events if e.get("name") == "CYCLE_START"]
     assert marks and all(e["ph"] == "i" and e["s"] == "g" for e in marks), marks[:3]
+
+
+@pytest.mark.parametrize("module,backend", [("horovod.tensorflow.keras", "tensorflow"), ("horovod.keras", "torch")])
+def test_keras_elastic_state_and_callbacks(module, backend):
+    out = _ddlrun("hvd_keras_elastic.py", module, backend=backend)
+    assert f"[0] backend {backend}" in out, out[-4000:]
+    for rank in (0, 1):
+        assert _passed(out, rank) == [
+            "KerasState: sync gives every rank rank 0's weights",
+            "Update{Batch,Epoch}StateCallback and CommitStateCallback(batches_per_commit) in model.fit",
+            "KerasState.restore returns weights and values to the last commit",
+            "UpdateBatchStateCallback: the first epoch after a restore runs only the batches not done yet",
+            "hvd.elastic.run with KerasState: restored to the last commit and retried after HorovodInternalError",
+        ], out[-6000:]
