@@ -30,6 +30,11 @@ def rank_path(path: str, rank: int) -> str:
     return f"{root}.rank{rank}{ext or '.json'}"
 
 
+def ref_rows(refs) -> list:
+    """(name, dtype, shape) of each distinct TensorRef, for Timeline.tensors_reduced."""
+    return [(r.name, r.dtype, r.shape) for r in {id(r): r for r in refs}.values()]
+
+
 class NullTimeline:
     enabled = False
 
@@ -60,6 +65,9 @@ class NullTimeline:
 
     def tensors_done(self, kind: str, tensors: list) -> None:
         pass
+
+    def tensors_reduced(self, tensors: list, activity: str, t0: float, t1: float) -> None:
+        """An allreduce of (name, dtype, shape) tensors that was not negotiated (the ordered engine)."""
 
 
 class Timeline(NullTimeline):

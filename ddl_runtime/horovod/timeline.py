@@ -88,14 +88,28 @@ class HorovodTimeline(Timeline):
                 self._event(row, "B", t0, activity)
                 self._event(row, "E", t1)
 
+    def tensors_reduced(self, tensors: list, activity: str, t0: float, t1: float) -> None:
+        """The ordered engine's allreduces (torch DistributedOptimizer's buckets): no negotiation,
+        so the row holds ALLREDUCE around the activity, ended with dtype and shape."""
+        for name, dtype, shape in tensors:
+            row = f"allreduce.{name}"
+            self._event(row, "B", t0, "ALLREDUCE")
+            self._event(row, "B", t0, activity)
+            self._event(row, "E", t1)
+            self._event(row, "E", t1, args=_tensor_args(dtype, shape))
+
     def tensors_done(self, kind: str, tensors: list) -> None:
         now = time.perf_counter()
         for name, dtype, shape in tensors:
             row = f"{kind}.{name}"
             if self._open.pop(row, False):
-                self._event(row, "E", now, args={"dtype": f"HOROVOD_{str(dtype).upper()}",
-                                                 "shape": "[" + ", ".join(str(int(d)) for d in shape) + "]"})
+                self._event(row, "E", now, args=_tensor_args(dtype, shape))
         self.flush()
+
+
+def _tensor_args(dtype, shape) -> dict:
+    """Horovod's end-of-tensor args: ``{"dtype": "HOROVOD_FLOAT32", "shape": "[2, 3]"}``."""
+    return {"dtype": f"HOROVOD_{str(dtype).upper()}", "shape": "[" + ", ".join(str(int(d)) for d in shape) + "]"}
 
 
 def agree_epoch(rt) -> None:

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from test_tf_horovod import _ddlrun, _passed
+from torch_glue_helpers import PROGRAMS, ddlrun
 
 
 def _both(out: str, check: str) -> None:
@@ -94,6 +95,25 @@ def test_timeline_has_horovods_per_tensor_rows_and_cycle_marks(tf_sets):
     assert bcast[0] == ("B", "NEGOTIATE_BROADCAST") and ("B", "BROADCAST") in bcast, bcast
     marks = [e for e in events if e.get("name") == "CYCLE_START"]
     assert marks and all(e["ph"] == "i" and e["s"] == "g" for e in marks), marks[:3]
+
+
+@pytest.mark.parametrize("flat", ["0", "1"])
+def test_torch_timeline_has_a_row_per_gradient_or_flat_bucket(tmp_path, flat):
+    trace = tmp_path / "timeline.json"
+    job = ddlrun(["--horovod", "-n", "2", "python", str(PROGRAMS / "torch_timeline_rows.py")],
+                 env={"HOROVOD_TIMELINE": str(trace), "DDL_FLAT_BUCKETS": flat})
+    assert job.returncode == 0 and job.stdout.count("OK torch timeline rows") == 2, job.output
+    rows = _rows(json.loads(trace.read_text()))
+    assert [(e["ph"], e.get("name")) for e in rows["allreduce.test_allreduce"]][:2] == [
+        ("B", "NEGOTIATE_ALLREDUCE"), ("X", "0")], rows["allreduce.test_allreduce"]
+    # the optimizer's gradients (the ordered engine, not negotiated): ALLREDUCE around the reduction
+    grads = ["allreduce.weight", "allreduce.bias"] if flat == "0" else \
+        [r for r in rows if r.startswith("allreduce.grad-bucket:0")]
+    assert grads and all(r in rows for r in grads), sorted(rows)
+    for r in grads:
+        phases = [(e["ph"], e.get("name")) for e in rows[r]]
+        assert phases[:2] == [("B", "ALLREDUCE"), ("B", "SHM_ALLREDUCE")] and phases[-1] == ("E", None), phases
+        assert rows[r][-1]["args"]["dtype"] == "HOROVOD_FLOAT32", rows[r][-1]
 
 
 @pytest.mark.parametrize("module,backend", [("horovod.tensorflow.keras", "tensorflow"), ("horovod.keras", "torch")])
