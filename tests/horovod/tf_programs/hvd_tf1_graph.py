@@ -10,12 +10,9 @@ import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
 
 import horovod.tensorflow as hvd  # noqa: E402
-from independent_checks import checker  # noqa: E402
+from independent_checks import checker, solo_sets  # noqa: E402
 
-hvd.init()
-r, n = hvd.rank(), hvd.size()
-assert n == 2, n
-sets = [hvd.add_process_set([0]), hvd.add_process_set([1])]
+r, sets = solo_sets(hvd)
 mine = sets[r]
 
 

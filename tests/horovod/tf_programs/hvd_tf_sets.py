@@ -7,12 +7,9 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
-from independent_checks import checker
+from independent_checks import checker, solo_sets
 
-hvd.init()
-r, n = hvd.rank(), hvd.size()
-assert n == 2, n
-sets = [hvd.add_process_set([0]), hvd.add_process_set([1])]
+r, sets = solo_sets(hvd)
 mine = sets[r]
 
 

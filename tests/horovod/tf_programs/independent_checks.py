@@ -1,4 +1,4 @@
-"""`checker(after, around)`: a decorator factory for programs whose checks are independent.
+"""Helpers for tf_programs whose checks are independent: `checker(after, around)` and `solo_sets(hvd)`.
 
 ``@check("what")`` runs the function at once (inside ``around()`` when given) and prints
 ``OK what`` or ``FAIL what: <error>`` (the traceback on stderr); ``after(what)`` then runs on
@@ -23,3 +23,10 @@ def checker(after, around=contextlib.nullcontext):
             after(what)
         return run
     return check
+
+
+def solo_sets(hvd):
+    """hvd.init() on 2 ranks and one process set per rank: (this rank, [set [0], set [1]])."""
+    hvd.init()
+    assert hvd.size() == 2, hvd.size()
+    return hvd.rank(), [hvd.add_process_set([0]), hvd.add_process_set([1])]
