@@ -82,7 +82,8 @@ def legacy_distributed_optimizer(optimizer, name, use_locking, compression, spar
         raise DDLInputError(f"{what}: gradient_predivide_factor needs op=hvd.Average")
     if int(backward_passes_per_step) != 1:
         raise DDLInputError(f"{what}: backward_passes_per_step={backward_passes_per_step} is not supported for a "
-                            "TensorFlow 1 optimizer by wml (aggregate in the training loop, or use a Keras 3 optimizer)")
+                            "TensorFlow 1 optimizer by wml (aggregate in the training loop, or use a Keras 3 "
+                            "optimizer)")
     return _DistributedOptimizer(optimizer, name=name, use_locking=use_locking, compression=compression,
                                  sparse_as_dense=sparse_as_dense, op=op,
                                  gradient_predivide_factor=gradient_predivide_factor, process_set=process_set,

@@ -312,7 +312,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     def backward(dys, xs):  # Horovod's rule: the averaged gradient on the root, zeros elsewhere
         averaged = _reduce(dys, f"{name}.grad" if name else None, "average", 1.0, 1.0, process_set, what, False)
         ctl = controller_for(process_set, what)
-        return [g if ctl.global_ranks[ctl.rank] == root else g * 0 for g in averaged]  # `* 0`, not zeros_like: a graph still runs it
+        me = ctl.global_ranks[ctl.rank]  # root is a rank of the job
+        return [g if me == root else g * 0 for g in averaged]  # `* 0`, not zeros_like: a graph still runs it
 
     return _differentiable(forward, backward, [t])[0]
 

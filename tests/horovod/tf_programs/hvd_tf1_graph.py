@@ -51,6 +51,14 @@ def _():
     u = tf.compat.v1.Variable([2.0])
     step = momentum.minimize(tf.reduce_sum(u * float(r + 1)), var_list=[u])
     assert momentum.get_slot_names() == ["momentum"], momentum.get_slot_names()
+    for kwargs, word in (({"backward_passes_per_step": 2}, "backward_passes_per_step=2"), ({"op": hvd.Adasum}, "Adasum"),
+                         ({"op": hvd.Max}, "op=max")):
+        try:
+            hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), **kwargs)
+        except ValueError as exc:  # what wml leaves out: one line, on every rank alike
+            assert word in str(exc) and "\n" not in str(exc), exc
+        else:
+            raise AssertionError(f"{kwargs}: no error")
     with tf.compat.v1.Session() as s:
         s.run(tf.compat.v1.global_variables_initializer())
         np.testing.assert_allclose(s.run(pairs[0][0]), [1.5, 1.5])
