@@ -22,7 +22,7 @@ from .algorithms import Algorithms, Chain
 from .fusion import BucketSpec, Pool
 from .buffers import TensorRef, store_result, widen
 from .errors import DDLError
-from .timeline import LANES, TID_HOST, TID_MPI
+from .timeline import LANES, TID_HOST, TID_MPI, ref_rows
 
 YIELD_AFTER_S = 50e-6
 
@@ -153,6 +153,7 @@ class Engine:
             tl.span("ALLREDUCE", TID_MPI + bucket.index % LANES, bucket.t0, t1,
                     {"algorithm": bucket.algorithm, "bytes": bucket.nbytes, "bucket": bucket.index,
                      "dtype": spec.dtype.name, "op": bucket.op})
+            tl.tensors_reduced(ref_rows(bucket.refs[i] for i, _, _, _ in spec.segments), "MPI_ALLREDUCE", bucket.t0, t1)
         bucket.chain.release()
         buf, scale = bucket.buf, bucket.scale
         if spec.inplace:

@@ -224,6 +224,8 @@ class Controller:
     def _start_round(self) -> None:
         """Post this round's allgather: a fixed slot per rank (the cached requests' ids, the others'
         descriptors when they fit; on one host the cached small allreduces' data beside it)."""
+        if self.timeline is not None and self.timeline.enabled:
+            self.timeline.cycle_start()  # Horovod's timeline: CYCLE_START (HOROVOD_TIMELINE_MARK_CYCLES)
         news, ids, at = [], [], 0
         data = self.shm.rounds.next_data() if self.shm is not None else None
         cache = self.cache
@@ -353,8 +355,10 @@ class Controller:
                 req.outputs[i] = result.reshape(shape)
         tl = self.timeline
         if tl is not None and tl.enabled:
-            tl.span("ALLREDUCE", TID_MPI, t0, time.perf_counter(), {"tensors": ",".join(t[0] for t in desc[3][:8]),
-                                                              "process_set": self.set_id, "algorithm": "cached"})
+            t1 = time.perf_counter()
+            tl.span("ALLREDUCE", TID_MPI, t0, t1, {"tensors": ",".join(t[0] for t in desc[3][:8]),
+                                                   "process_set": self.set_id, "algorithm": "cached"})
+            tl.tensors_activity("allreduce", [t[0] for t in desc[3]], "SHM_ALLREDUCE", t0, t1)
         self._complete(handle)
 
     def _announce(self, r: int, desc: tuple) -> None:
@@ -598,6 +602,7 @@ class Controller:
     def _track(self, flight: kernels.InFlight, handles: List[Handle], names: List[str]) -> None:
         flight.started = time.perf_counter()
         flight.label = f"{flight.label}|{','.join(names[:8])}"
+        flight.names = names
         for h in handles:
             h._pending_data += 1
         self.in_flight.append((flight, handles))
@@ -606,7 +611,10 @@ class Controller:
         tl = self.timeline
         if tl is not None and tl.enabled:
             label, _, names = flight.label.partition("|")
-            tl.span(label, TID_MPI, flight.started, time.perf_counter(), {"tensors": names, "process_set": self.set_id})
+            now = time.perf_counter()
+            tl.span(label, TID_MPI, flight.started, now, {"tensors": names, "process_set": self.set_id})
+            where = "SHM" if isinstance(flight, _ShmFlight) else "MPI"
+            tl.tensors_activity(label.lower(), flight.names, f"{where}_{label}", flight.started, now)
             tl.flush()
 
     def _negotiated(self, handle: Handle) -> None:
@@ -614,11 +622,15 @@ class Controller:
         tl = self.timeline
         if tl is not None and tl.enabled:
             req = handle.request
-            tl.span(f"NEGOTIATE_{req.kind.upper()}", TID_API, handle.submitted, time.perf_counter(),
+            now = time.perf_counter()
+            tl.span(f"NEGOTIATE_{req.kind.upper()}", TID_API, handle.submitted, now,
                     {"name": req.name, "process_set": self.set_id})
+            tl.tensors_negotiated(req.kind, req.tensors, handle.submitted, now)
 
     def _complete(self, handle: Handle) -> None:
         handle.finished = True
+        if self.timeline is not None and self.timeline.enabled:
+            self.timeline.tensors_done(handle.request.kind, handle.request.tensors)
         self.local.pop(handle.request.key, None)
 
     def _fail(self, handle: Handle, error: BaseException) -> None:

@@ -30,6 +30,11 @@ def rank_path(path: str, rank: int) -> str:
     return f"{root}.rank{rank}{ext or '.json'}"
 
 
+def ref_rows(refs) -> list:
+    """(name, dtype, shape) of each distinct TensorRef, for Timeline.tensors_reduced."""
+    return [(r.name, r.dtype, r.shape) for r in {id(r): r for r in refs}.values()]
+
+
 class NullTimeline:
     enabled = False
 
@@ -48,13 +53,29 @@ class NullTimeline:
     def close(self) -> None:
         pass
 
+    # Hooks for Horovod's per-tensor layout (ddl_runtime.horovod.timeline); nothing in this one.
+    def cycle_start(self) -> None:
+        pass
+
+    def tensors_negotiated(self, kind: str, tensors: list, t0: float, t1: float) -> None:
+        pass
+
+    def tensors_activity(self, kind: str, names: list, activity: str, t0: float, t1: float) -> None:
+        pass
+
+    def tensors_done(self, kind: str, tensors: list) -> None:
+        pass
+
+    def tensors_reduced(self, tensors: list, activity: str, t0: float, t1: float) -> None:
+        """An allreduce of (name, dtype, shape) tensors that was not negotiated (the ordered engine)."""
+
 
 class Timeline(NullTimeline):
     enabled = True
 
     def __init__(self, path: str, rank: int, size: int, epoch_wall: float, exact_path: bool = False):
         self.path = path if exact_path else rank_path(path, rank)  # exact: this file, no rank suffix
-        self.pid = rank
+        self.pid = self._pid(rank)
         directory = os.path.dirname(self.path)
         if directory:
             os.makedirs(directory, exist_ok=True)
@@ -63,12 +84,18 @@ class Timeline(NullTimeline):
         # perf_counter() -> microseconds since rank 0's wall-clock epoch (aligns ranks on one host)
         self._offset_us = (time.time() - epoch_wall) * 1e6 - time.perf_counter() * 1e6
         self._file.write("[\n")
-        self._meta("process_name", 0, {"name": f"rank {rank}"})
+        self._meta("process_name", 0, self._process_args(rank, epoch_wall))
         self._meta("process_sort_index", 0, {"sort_index": rank})
         for tid, name in [(TID_API, "api"), (TID_HOST, "host copies")] + [
                 (TID_MPI + i, f"reduction lane {i}") for i in range(LANES)]:
             self._meta("thread_name", tid, {"name": name})
         self.flush()
+
+    def _pid(self, rank: int) -> int:
+        return rank
+
+    def _process_args(self, rank: int, epoch_wall: float) -> dict:
+        return {"name": f"rank {rank}"}
 
     def _ts(self, t: float) -> float:
         return round(t * 1e6 + self._offset_us, 3)

@@ -12,6 +12,7 @@ through ``jobenv.JobEnvironment``) and :func:`after_init` once it runs.  The map
 ``HOROVOD_TIMELINE=path``               Chrome trace: rank 0 writes ``path``, rank r
                                         ``path`` with ``.rank<r>`` before the extension
 ``HOROVOD_TIMELINE=DYNAMIC``            nothing until ``hvd.start_timeline(path)``
+``HOROVOD_TIMELINE_MARK_CYCLES=1``      CYCLE_START marks, one per negotiation round
 ``HOROVOD_CYCLE_TIME``                  accepted, no effect: a bucket is reduced the moment
                                         its last gradient is ready (there is no cycle)
 ======================================  ===================================================
@@ -36,7 +37,6 @@ ONE_DAY_S = 86400.0
 # Settings Horovod reads at run time that wml does not replicate, with the reason.
 NO_EFFECT = {
     "HOROVOD_CYCLE_TIME": "reductions start as soon as a bucket of gradients is ready (no background cycle)",
-    "HOROVOD_TIMELINE_MARK_CYCLES": "there are no cycles to mark",
     "HOROVOD_HIERARCHICAL_ALLREDUCE": "the runtime picks the hierarchical allreduce itself from the node layout",
     "HOROVOD_HIERARCHICAL_ALLGATHER": "allgather is always flat",
     "HOROVOD_AUTOTUNE": "no autotuning; set HOROVOD_FUSION_THRESHOLD (or DDL_FUSION_MB) by hand",
@@ -58,6 +58,7 @@ SILENT_PREFIXES = ("HOROVOD_WITH_", "HOROVOD_WITHOUT_", "HOROVOD_GPU", "HOROVOD_
 SILENT = {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
           "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_LOG_LEVEL", "HOROVOD_LOG_HIDE_TIME",
           "HOROVOD_DYNAMIC_PROCESS_SETS", "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_TIMELINE",
+          "HOROVOD_TIMELINE_MARK_CYCLES",
           "HOROVOD_FUSION_THRESHOLD", "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
           "HOROVOD_CACHE_CAPACITY",
           "HOROVOD_MPI", "HOROVOD_SHIM"}
@@ -70,6 +71,7 @@ class HorovodSettings:
     ddl: Tuple[Tuple[str, str], ...] = ()      # DDL_* variables to set
     timeline: Optional[str] = None             # HOROVOD_TIMELINE=path (not DYNAMIC)
     dynamic_timeline: bool = False             # HOROVOD_TIMELINE=DYNAMIC
+    mark_cycles: bool = False                  # HOROVOD_TIMELINE_MARK_CYCLES=1
     notices: Tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -130,7 +132,9 @@ def read(env: Mapping[str, str] = os.environ) -> HorovodSettings:
         elif name not in SILENT and not name.startswith(SILENT_PREFIXES):
             notices.append(f"{name}={env[name]} is not a setting wml knows; ignored")
     return HorovodSettings(ddl=tuple(sorted(ddl.items())), timeline=None if dynamic else timeline,
-                           dynamic_timeline=dynamic, notices=tuple(notices))
+                           dynamic_timeline=dynamic, notices=tuple(notices),
+                           mark_cycles=(env.get("HOROVOD_TIMELINE_MARK_CYCLES") or "").strip().lower()
+                           in ("1", "true", "yes", "on"))
 
 
 _settings: Optional[HorovodSettings] = None
@@ -159,4 +163,4 @@ def after_init() -> None:
         for notice in settings.notices:
             _log.log(f"horovod: {notice}")
     if settings.timeline:
-        timeline.start_timeline(settings.timeline)
+        timeline.start_timeline(settings.timeline, mark_cycles=settings.mark_cycles)

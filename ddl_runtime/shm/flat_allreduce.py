@@ -120,6 +120,7 @@ class FlatAllreduce:
             args = {"algorithm": "shm-flat", "bytes": total.nbytes, "op": self.op, "dtype": self.dtype.name}
             timeline.span("ALLREDUCE", TID_MPI, t0, t2, dict(args, agreement_us=round((t1 - t0) * 1e6, 1)))
             timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), args)
+            timeline.tensors_reduced([(self.name, self.dtype.name, (total.size,))], "SHM_ALLREDUCE", t0, t2)
         return Handle(rt.engine, total, 0)
 
 

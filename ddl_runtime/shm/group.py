@@ -67,7 +67,7 @@ from ..log import log
 from .output_pool import aligned_bytes
 from .heap import SharedHeap
 from .results import SharedResults
-from ..timeline import TID_HOST, TID_MPI
+from ..timeline import TID_HOST, TID_MPI, ref_rows
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs),
 #                  word(even), word(odd), ...]
@@ -380,6 +380,7 @@ class ShmGroup:
             timeline.span("ALLREDUCE", TID_MPI, t1, t2, {"algorithm": "shm-small", "bytes": nbytes, "op": op,
                                                          "dtype": dtype.name})
             timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm-small"})
+            timeline.tensors_reduced(ref_rows(refs), "SHM_ALLREDUCE", t1, t2)
         return True
 
     def _small_views(self, half: int, dtype: np.dtype, sizes: Tuple[int, ...]) -> tuple:
@@ -443,6 +444,7 @@ class ShmGroup:
                                                          "rounds": len(c.rounds),
                                                          "dtype": ",".join(g.dtype.name for g in c.plan.groups)})
             timeline.span("UNPACK", TID_HOST, t2, time.perf_counter(), {"bytes": nbytes, "algorithm": "shm"})
+            timeline.tensors_reduced(ref_rows(refs), "SHM_ALLREDUCE", t1, t2)
         return True
 
 

@@ -37,7 +37,7 @@ from mpi4py import MPI
 
 from ..algorithms import split_counts
 from ..buffers import TensorRef
-from ..timeline import TID_MPI
+from ..timeline import TID_MPI, ref_rows
 
 SEGMENT_BYTES = 64 << 20
 NO_ROOM = {"shared_zeros": "shared_zeros hands out ordinary memory (reduced through the arena or MPI)",
@@ -163,6 +163,7 @@ class SharedHeap:
             timeline.span("ALLREDUCE", TID_MPI, t1, time.perf_counter(),
                           {"algorithm": "shm-heap", "bytes": nbytes, "op": op, "tensors": len(refs),
                            "agreement_us": round((t1 - t0) * 1e6, 1), "rank": me})
+            timeline.tensors_reduced(ref_rows(refs), "SHM_ALLREDUCE", t1, time.perf_counter())
         return True
 
     def _plan(self, refs: Sequence[TensorRef], locs: tuple) -> list:

@@ -37,7 +37,7 @@ import numpy as np
 from ..buffers import TensorRef, _dtype_name
 from .output_pool import ALIGN, packed_layout
 from .heap import PIECE_BYTES, UFUNCS
-from ..timeline import TID_HOST, TID_MPI
+from ..timeline import TID_HOST, TID_MPI, ref_rows
 
 RESULT_BYTES = 2 << 30  # shared memory kept for results, every layout together
 MIN_BYTES = 256 << 10  # smaller calls take the one-barrier small path (shm.SMALL_BYTES)
@@ -131,6 +131,7 @@ class SharedResults:
             timeline.span("ALLREDUCE", TID_MPI, t2, time.perf_counter(),
                           {"algorithm": "shm-results", "bytes": nbytes, "op": op, "dtype": dtype.name,
                            "agreement_us": round((t2 - t1) * 1e6, 1)})
+            timeline.tensors_reduced(ref_rows(refs), "SHM_ALLREDUCE", t2, time.perf_counter())
         return flat
 
     def _take(self, regions: List[Region], dtype: np.dtype) -> Tuple[int, Optional[np.ndarray]]:

@@ -144,6 +144,71 @@ class ObjectState(State):
             setattr(self, name, value)
 
 
+class VariablesState(ObjectState):
+    """Framework variables tracked as numpy copies (``v.numpy()``, ``v.assign(value)``) beside plain
+    values; subclasses name the variables (``_tracked``) and broadcast them from rank 0 (``_broadcast``)."""
+
+    def __init__(self, bcast_object: Callable[[Any], Any], get_rank: Callable[[], int], **kwargs: Any) -> None:
+        self._save_variables()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank, **kwargs)
+
+    @abc.abstractmethod
+    def _tracked(self) -> List[Any]:
+        """The variables this state tracks."""
+
+    @abc.abstractmethod
+    def _broadcast(self, variables: List[Any]) -> None:
+        """Assign rank 0's values to `variables` on every rank."""
+
+    def _save_variables(self) -> None:
+        self._values = [v.numpy() for v in self._tracked()]
+
+    def save(self) -> None:
+        self._save_variables()
+        super().save()
+
+    def restore(self) -> None:
+        for var, value in zip(self._tracked(), self._values):
+            var.assign(value)
+        super().restore()
+
+    def sync(self) -> None:
+        tracked = self._tracked()
+        if tracked:
+            self._broadcast(tracked)
+        self._save_variables()
+        super().sync()
+
+    def persisted(self) -> Dict[str, Any]:
+        return {**super().persisted(), "variables": list(self._values)}
+
+    def load_persisted(self, saved: Dict[str, Any]) -> None:
+        tracked = self._tracked()
+        if len(saved["variables"]) != len(tracked):
+            raise DDLInputError(f"hvd.elastic: the checkpoint holds {len(saved['variables'])} variables, this "
+                                f"state tracks {len(tracked)}")
+        self._values = list(saved["variables"])
+        for var, value in zip(tracked, self._values):
+            var.assign(value)
+        super().load_persisted(saved)
+
+
+class ModelState(VariablesState):
+    """A built Keras 3 model and its optimizer (default: the model's), plus plain values."""
+
+    def __init__(self, model: Any, optimizer: Any, backend: Any, who: str, **kwargs: Any) -> None:
+        if not getattr(model, "built", True):
+            raise DDLInputError(f"hvd.elastic.{who}: build the model first (model.build(input_shape))")
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        self.backend = backend
+        super().__init__(**kwargs)
+
+    def _tracked(self) -> List[Any]:
+        opt = list(self.optimizer.variables) if self.optimizer is not None else []
+        return list(self.model.variables) + opt
+
+
 def run_fn(func: Callable[..., Any], reset: Callable[[], None]) -> Callable[..., Any]:
     """Horovod's elastic loop for a framework (``reset`` re-initializes after a reset event)."""
 

@@ -81,6 +81,7 @@ class ProcessSet:
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 _registered: dict = {0: global_process_set}
+_aliases: dict = {}  # id -> further ProcessSet objects naming that set (repeats in init's list)
 
 
 def controller_for(process_set: Optional[ProcessSet], what: str):
@@ -115,30 +116,50 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Unregister a process set on every rank; returns False if it was not registered."""
+    """Unregister a process set on every rank; returns False if it was not registered.
+    Every ProcessSet object naming it (a duplicate in init's list) becomes unregistered."""
     if not isinstance(process_set, ProcessSet) or process_set.process_set_id in (None, 0):
         return False
     if process_set.process_set_id not in _registered:
         return False
-    _registry().remove(process_set.process_set_id)
-    del _registered[process_set.process_set_id]
-    process_set.process_set_id = None
+    set_id = process_set.process_set_id
+    _registry().remove(set_id)
+    for same in [_registered.pop(set_id), process_set, *_aliases.pop(set_id, [])]:
+        same.process_set_id = None
     return True
 
 
 def _start(process_sets_arg=None) -> None:
+    """hvd.init(process_sets=[...]): register the static sets.  As in Horovod, a set listed again
+    (in any order of its ranks) or naming every rank is not added twice: that ProcessSet object
+    gets the id of the set it repeats."""
     _registry()
     if process_sets_arg is None or process_sets_arg == "dynamic":
         return
-    for ps in process_sets_arg:
-        if isinstance(ps, ProcessSet) and ps.process_set_id is not None:
+    wanted = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets_arg]
+    everyone = _registry().world.allgather([ps.ranks for ps in wanted])  # every rank the same sets, or none
+    if any(r != everyone[0] for r in everyone):
+        sides = "; ".join(f"rank {i}: {r}" for i, r in enumerate(everyone))
+        raise DDLInputError(f"hvd.init(process_sets=...): ranks pass different process sets: {sides}")
+    for ps in wanted:
+        if ps.process_set_id is not None:
             continue
-        add_process_set(ps)
+        ranks = ps.ranks or list(range(_rt().current().size))
+        known = _registry().find(ranks)  # the global set (0) included
+        if known is None:
+            add_process_set(ps)
+            continue
+        ps.ranks, ps.process_set_id = ranks, known
+        if _registered.get(known) is not ps:
+            _aliases.setdefault(known, []).append(ps)
 
 
 def _stop() -> None:
     for set_id in [i for i in _registered if i != 0]:
         _registered.pop(set_id).process_set_id = None
+    for same in [ps for sets in _aliases.values() for ps in sets]:
+        same.process_set_id = None
+    _aliases.clear()
     from ... import process_sets
 
     process_sets.reset()

@@ -30,7 +30,7 @@ import keras
 from ddl_runtime.horovod.common import *  # noqa: F401,F403  (init, rank, size, ..., Average, Sum, ...)
 from ddl_runtime.horovod.timeline import start_timeline, stop_timeline  # noqa: F401
 
-from . import callbacks  # noqa: F401
+from . import callbacks, elastic  # noqa: F401
 from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from ._values import allgather, allreduce, broadcast, broadcast_global_variables, reducescatter  # noqa: F401
 from .compression import Compression  # noqa: F401

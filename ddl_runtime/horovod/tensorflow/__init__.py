@@ -13,8 +13,8 @@
 
 Collectives: :mod:`.mpi_ops` (the negotiated engine horovod.torch uses too).  Keras 3:
 ``horovod.tensorflow.keras``.  In ``tf.compat.v1`` graph mode ``broadcast_global_variables`` and
-``BroadcastGlobalVariablesHook`` broadcast the graph's global variables; TensorFlow 1 optimizers
-(``tf.compat.v1.train.Optimizer``) are not supported.
+``BroadcastGlobalVariablesHook`` broadcast the graph's global variables, and ``DistributedOptimizer``
+wraps TensorFlow 1 optimizers (``tf.compat.v1.train.Optimizer``).
 """
 from ddl_runtime.errors import DDLInputError as _DDLInputError
 
@@ -39,16 +39,22 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,  # noqa: F405
                          num_groups=0, groups=None, process_set=global_process_set,  # noqa: F405
                          scale_local_gradients=True):
-    """A Keras 3 optimizer that reduces gradients over the ranks (see horovod.tensorflow.keras).
-
-    TensorFlow 1 ``tf.compat.v1.train.Optimizer`` objects are not supported.
+    """The optimizer, reducing its gradients over the ranks: a TensorFlow 1
+    ``tf.compat.v1.train.Optimizer`` (compute_gradients / apply_gradients, see legacy_optimizer.py)
+    or a Keras 3 optimizer (see horovod.tensorflow.keras).
     """
     import keras
+    import tensorflow as tf
 
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        from .legacy_optimizer import legacy_distributed_optimizer
+
+        return legacy_distributed_optimizer(optimizer, name, use_locking, compression, sparse_as_dense,
+                                            backward_passes_per_step, op, gradient_predivide_factor, process_set,
+                                            scale_local_gradients)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise _DDLInputError(f"DistributedOptimizer: a {type(optimizer).__name__} is not a Keras 3 optimizer; "
-                             "TensorFlow 1 optimizers are not supported (use tf.keras.optimizers.* or "
-                             "hvd.DistributedGradientTape)")
+        raise _DDLInputError(f"DistributedOptimizer: a {type(optimizer).__name__} is neither a TensorFlow 1 "
+                             "(tf.compat.v1.train) nor a Keras 3 optimizer")
     from ddl_runtime.horovod.keras import DistributedOptimizer as _keras_distributed
 
     return _keras_distributed(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,

@@ -66,3 +66,15 @@ def failed_precondition_if(message: tf.Tensor) -> tf.Tensor:
         return tf.io.read_file(path)
 
     return tf.cond(tf.equal(message, ""), lambda: tf.constant(""), fail)
+
+
+def raise_if_failed(status: tf.Tensor) -> list:
+    """Ops (for graphs) that raise a collective's failure handed out of its py-function as
+    ``status``: "" (none), "P<message>" (FAILED_PRECONDITION, see failed_precondition_if) or
+    "I<message>" (INVALID_ARGUMENT, this rank's input: an assertion op, so the message is the
+    one line, not a Python traceback)."""
+    code = tf.strings.substr(status, 0, 1)
+    message = tf.strings.regex_replace(status, "^[PI]", "")
+    precondition = failed_precondition_if(tf.where(tf.equal(code, "P"), message, ""))
+    invalid = tf.debugging.Assert(tf.not_equal(code, "I"), [message], name="horovod_invalid_argument")
+    return [precondition, invalid]

@@ -11,6 +11,7 @@ import ddl_runtime.tensorflow as _ddl_tf
 
 from ..common.process_sets import controller_for, global_process_set
 from . import mpi_ops
+from .naming import refusing
 
 
 def _is_global(process_set: Any) -> bool:
@@ -21,14 +22,17 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     """Assign `root_rank`'s values to `variables` (tf.Variables or Keras variables) on every rank.
 
     The whole job: one fused broadcast (ddl_runtime.tensorflow.broadcast_variables); another
-    process set: one negotiated broadcast per variable.  Eagerly returns None; inside
-    tf.function the grouped assign op.
+    process set: one negotiated broadcast per variable.  `root_rank` is the root's rank in the
+    job (as in Horovod).  Eagerly returns None; in a graph (tf.function, tf.compat.v1) the
+    grouped assign op, for ``Session.run``.
     """
+    import tensorflow as tf
+
     variables = list(variables)
     if _is_global(process_set):
         return _ddl_tf.broadcast_variables(variables, root_rank=root_rank)
-    mpi_ops.broadcast_(variables, root_rank, name="broadcast_variables", process_set=process_set)
-    return None
+    assigned = mpi_ops.broadcast_(variables, root_rank, name="broadcast_variables", process_set=process_set)
+    return None if tf.executing_eagerly() else tf.group(*assigned)
 
 
 def _bytes_op(kind: str, arrays: List[np.ndarray], name: str, process_set: Any, params: tuple = ()) -> List[Any]:
@@ -44,10 +48,13 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None, name: Op
         return _ddl.bcast_object(obj, root=root_rank)
     ctl = controller_for(process_set, "broadcast_object")
     name = name or type(obj).__name__
-    data = pickle.dumps(obj) if ctl.rank == root_rank else b""
+    with refusing("broadcast", f"broadcast_object.{name}.length", process_set):
+        root_rank = mpi_ops._check_root(root_rank, process_set, f"broadcast_object('{name}')")
+    is_root = ctl.global_ranks[ctl.rank] == root_rank  # root_rank: the root's rank in the job, as in Horovod
+    data = pickle.dumps(obj) if is_root else b""
     length = np.array([len(data)], dtype=np.int64)
     _bytes_op("broadcast", [length], f"broadcast_object.{name}.length", process_set, (root_rank,))
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if ctl.rank == root_rank else np.zeros(int(length[0]), np.uint8)
+    buf = np.frombuffer(data, dtype=np.uint8).copy() if is_root else np.zeros(int(length[0]), np.uint8)
     _bytes_op("broadcast", [buf], f"broadcast_object.{name}.data", process_set, (root_rank,))
     return pickle.loads(buf.tobytes())
 

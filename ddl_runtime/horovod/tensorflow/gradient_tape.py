@@ -27,6 +27,8 @@ class DistributedGradientTape:
     ``num_groups`` / ``groups`` only steer Horovod's fusion and change nothing here.
     ``register_local_source(var)`` keeps ``var``'s gradient on this rank (not reduced; divided
     by the process set's size when ``scale_local_gradients``), as Horovod >= 0.27 does.
+    On a rank outside ``process_set``, ``gradient()`` returns this rank's own gradients, unreduced
+    (as Horovod does).
     """
 
     def __init__(self, gradtape, device_dense='', device_sparse='', compression=Compression.none,
@@ -74,6 +76,8 @@ class DistributedGradientTape:
         return tf.nest.pack_sequence_as(grads, out)
 
     def _reduce(self, grads, sources):
+        if self._process_set.included() is False:  # Horovod: a rank outside the set keeps its own gradients
+            return list(grads)
         dense = [tf.convert_to_tensor(g) for g in grads]
         return grouped_allreduce(dense, op=self._op, compression=self._compression,
                                  prescale_factor=1.0 / self._factor, postscale_factor=self._factor,

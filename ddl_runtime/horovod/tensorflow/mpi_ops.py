@@ -26,7 +26,7 @@ from ..common.basics import Adasum, Average, Sum, local_rank, local_size, reduce
 from ..common.process_sets import controller_for, global_process_set
 from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
 from .compression import Compression
-from .errors import as_tensorflow_error, failed_precondition_if
+from .errors import as_tensorflow_error, raise_if_failed
 from .naming import refusing, request_name
 
 _MOVABLE = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
@@ -80,15 +80,18 @@ def _bridge(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[
     def fn(*arrays):
         try:
             outs = core([host(a) for a in arrays])
-        except tf.errors.FailedPreconditionError as exc:  # handed to the op below, which keeps its class
-            return [_placeholder(d, shape) for d, shape in zip(out_dtypes, out_shapes)] + [np.bytes_(str(exc))]
+        except (tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError) as exc:
+            # handed to the ops below, which raise it under its own class with its one line
+            code = "P" if isinstance(exc, tf.errors.FailedPreconditionError) else "I"
+            return [_placeholder(d, shape) for d, shape in zip(out_dtypes, out_shapes)] + \
+                [np.bytes_(code + str(exc))]
         return [np.asarray(o).astype(d.as_numpy_dtype) if np.asarray(o).dtype != d.as_numpy_dtype
                 else np.asarray(o) for o, d in zip(outs, out_dtypes)] + [np.bytes_(b"")]
 
     outs = tf.numpy_function(fn, tensors, list(out_dtypes) + [tf.string], stateful=True,
                              name="hvd_" + what.split("(")[0])
     outs = list(outs)
-    with tf.control_dependencies([failed_precondition_if(outs[-1])]):
+    with tf.control_dependencies(raise_if_failed(outs[-1])):
         outs = [tf.identity(o) for o in outs[:-1]]
     for o, shape in zip(outs, out_shapes):
         o.set_shape(shape)
@@ -282,10 +285,12 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set, ignore
 
 # -- broadcast ----------------------------------------------------------------------------------
 def _check_root(root_rank: Any, process_set: Any, what: str) -> int:
+    """`root_rank` is the root's rank in the job (as in Horovod), which must be in the process set."""
     ctl = controller_for(process_set, what)
     if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool) or \
-            not 0 <= int(root_rank) < ctl.size:
-        raise DDLInputError(f"{what}: root_rank {root_rank!r} is not a rank of the process set (0..{ctl.size - 1})")
+            int(root_rank) not in ctl.global_ranks:
+        members = ctl.global_ranks if len(ctl.global_ranks) <= 16 else f"size {ctl.size}"
+        raise DDLInputError(f"{what}: root_rank {root_rank!r} is not a rank of the process set ({members})")
     return int(root_rank)
 
 
@@ -306,7 +311,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
 
     def backward(dys, xs):  # Horovod's rule: the averaged gradient on the root, zeros elsewhere
         averaged = _reduce(dys, f"{name}.grad" if name else None, "average", 1.0, 1.0, process_set, what, False)
-        me = controller_for(process_set, what).rank
+        ctl = controller_for(process_set, what)
+        me = ctl.global_ranks[ctl.rank]  # root is a rank of the job
         return [g if me == root else g * 0 for g in averaged]  # `* 0`, not zeros_like: a graph still runs it
 
     return _differentiable(forward, backward, [t])[0]

@@ -23,4 +23,4 @@ from ddl_runtime.horovod.keras import *  # noqa: E402,F401,F403
 from ddl_runtime.horovod.keras import DistributedOptimizer, PartialDistributedOptimizer, load_model  # noqa: E402,F401
 from ddl_runtime.horovod.tensorflow.compression import Compression  # noqa: E402,F401
 
-from . import callbacks  # noqa: E402,F401
+from . import callbacks, elastic  # noqa: E402,F401
