@@ -112,6 +112,24 @@ def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
     return plan, render_script(plan)
 
 
+def _submit_here(plan: JobPlan) -> str:
+    """``_run_submit``; when it fails on a host that is not one of the site's login nodes,
+    that is what the one line says (not the scheduler client's own error)."""
+    try:
+        return _run_submit(plan)
+    except WmlError as e:
+        from .site.detect import elsewhere
+        from .site.registry import known_sites
+
+        why = elsewhere(plan.site.name, known_sites())
+        if why is None:
+            raise
+        said = str(e).split(" (script kept in ")[0]
+        fatal = said.rsplit("fatal: ", 1)[1] if "fatal: " in said else said
+        raise WmlError(f"{why}; {plan.scheduler.submit_tool} said: {fatal[:160]} (script kept in {plan.jobdir / 'job.sh'})",
+                       exit_code=e.exit_code) from None
+
+
 def _run_submit(plan: JobPlan) -> str:
     argv = submit_command(plan)
     tool = argv[0]
@@ -183,7 +201,7 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
                                "every name was taken by other wml processes") from None
             plan, script = _replan(plan)   # two `wml submit` in the same second: both get a directory
     local = plan.site.scheduler == "local"
-    job_id = _local_job_id(plan) if local else _run_submit(plan)
+    job_id = _local_job_id(plan) if local else _submit_here(plan)
     result = SubmitResult(job_id=job_id, site=plan.site.name, scheduler=plan.site.scheduler,
                           script=plan.jobdir / "job.sh", submit_command=submit_command_text(plan),
                           jobdir=plan.jobdir, output=plan.scheduler.expand_output(plan.output, job_id),
@@ -194,6 +212,13 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
     from .jobs.lifecycle import record_local_end, record_local_start
 
     rec = record_local_start(result, plan)
-    end = _run_local(plan, out, job_id)
+    try:
+        end = _run_local(plan, out, job_id)
+    except WmlError as e:     # Ctrl-C (130): the job was ended as `wml cancel` ends it
+        from .schedulers.local_run import LocalEnd
+
+        if rec is not None:
+            record_local_end(rec, LocalEnd(e.exit_code, cancelled=e.exit_code == 130))
+        raise
     state = record_local_end(rec, end) if rec is not None else None
     return replace(result, exit_code=end.exit_code, record_id=rec.id if rec else None, state=state)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from ..errors import WmlError
+from ..walltime import env_seconds
 from . import CANCEL_MARK
 
 KILL_WAIT_S = 30.0          # SIGTERM at the walltime, SIGKILL this long after (Slurm's KillWait default)
@@ -43,16 +44,7 @@ class LocalEnd:
 
 
 def kill_wait_s(env=os.environ) -> float:
-    text = env.get(KILL_WAIT_ENV)
-    if not text:
-        return KILL_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise WmlError(f"{KILL_WAIT_ENV}={text!r}: expected seconds >= 0")
-    return value
+    return env_seconds(env, KILL_WAIT_ENV, KILL_WAIT_S)
 
 
 def _group_alive(pgid: int) -> bool:
