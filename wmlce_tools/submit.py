@@ -113,24 +113,33 @@ def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
 
 
 def _submit_here(plan: JobPlan) -> str:
-    """``_run_submit``; when it fails on a host that is not one of the site's login nodes,
-    that is what the one line says (not the scheduler client's own error)."""
+    """``_run_submit``; when the scheduler's command refused the job (sbatch's DNS and
+    configuration errors) on a host that is not one of the site's login nodes, the one line
+    says so first, then the command's last word.  A missing command and a server that did not
+    answer keep their own lines (the first's hint already names the login nodes)."""
+    from .schedulers import SchedulerError, SchedulerUnreachable
+
     try:
         return _run_submit(plan)
-    except WmlError as e:
+    except SchedulerError as e:
+        if isinstance(e, SchedulerUnreachable):
+            raise
         from .site.detect import elsewhere
         from .site.registry import known_sites
 
         why = elsewhere(plan.site.name, known_sites())
         if why is None:
             raise
-        said = str(e).split(" (script kept in ")[0]
-        fatal = said.rsplit("fatal: ", 1)[1] if "fatal: " in said else said
-        raise WmlError(f"{why}; {plan.scheduler.submit_tool} said: {fatal[:160]} (script kept in {plan.jobdir / 'job.sh'})",
-                       exit_code=e.exit_code) from None
+        said, _, kept = str(e).partition(" (script kept in ")
+        fatal = said.rsplit("fatal: ", 1)[1] if "fatal: " in said else said.split(" rejected the job: ", 1)[-1]
+        tool = plan.scheduler.submit_tool
+        kept = f" (script kept in {kept}" if kept else ""
+        raise SchedulerError(f"{why}; {tool} rejected the job: {fatal[:200]}{kept}") from None
 
 
 def _run_submit(plan: JobPlan) -> str:
+    from .schedulers import SchedulerError
+
     argv = submit_command(plan)
     tool = argv[0]
     script = plan.jobdir / "job.sh"
@@ -140,7 +149,7 @@ def _run_submit(plan: JobPlan) -> str:
                                           context=f"the script is kept in {script}")
     if proc.returncode != 0:
         msg = " ".join((proc.stderr or proc.stdout).split())[:400] or f"exit status {proc.returncode}"
-        raise WmlError(f"{tool} rejected the job: {msg} (script kept in {script})")
+        raise SchedulerError(f"{tool} rejected the job: {msg} (script kept in {script})")
     return plan.scheduler.parse_submit(proc.stdout)
 
 
