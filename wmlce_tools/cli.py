@@ -220,7 +220,9 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     """Write the job script into ./wml-jobs/<name>-<time>/, submit it, print the job id.
 
     On the local site the job runs now, its output streamed here and kept in the job
-    directory, and wml exits with the job's exit status."""
+    directory, and wml exits with the job's exit status; as a scheduler would, it is ended at
+    its walltime (-t: SIGTERM, then SIGKILL 30 s later; TIMEOUT), and `wml jobs/status/logs -f/
+    cancel` see it while it runs."""
     from .jobscript import render_script
     from .submit import submit as do_submit, submit_command_text
 

@@ -57,6 +57,17 @@ def test_a_local_job_is_ended_at_its_walltime_and_shown_as_timeout(run_wml, tmp_
     assert table[1].split()[4] == "TIMEOUT", table
 
 
+def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace(run_wml, tmp_path):
+    ready, go = tmp_path / "ready", tmp_path / "never"
+    proc = run_wml("submit", "-t", "8s", str(GATE), str(ready), str(go), "--ignore-term",
+                   env={"WML_LOCAL_KILL_WAIT_S": "2"}, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "SIGKILL 2 s later" in proc.stdout
+    [job] = _jobs(run_wml)
+    assert job["state"] == "TIMEOUT"
+    assert not _gate_processes(str(go)), "a rank that ignored SIGTERM outlived the grace"
+
+
 def test_a_chain_segment_that_ignores_the_stop_signal_is_said_so_and_the_next_one_starts(run_wml, tmp_path):
     ready, go = tmp_path / "ready", tmp_path / "never"
     proc = run_wml("submit", "--chain", "2", "-t", "4s", "--signal-margin", "2s", "-J", "deaf",

@@ -63,12 +63,12 @@ def record_submission(result, plan=None, registry: Optional[Registry] = None) ->
     A local-site job was recorded when it started (``record_local_start``) and has ended:
     its record is returned.  Jobs given to a scheduler start PENDING."""
     reg = open_registry(registry)
-    if result.scheduler == "local" and getattr(result, "record_id", None) is not None:
+    if result.scheduler == "local" and result.record_id is not None:
         return reg.get(int(result.record_id))
     state, code = JobState.PENDING, None
     if result.scheduler == "local":     # ran without a record (the registry was not usable then)
         code = result.exit_code if result.exit_code is not None else 0
-        state = JobState.parse(result.state) if getattr(result, "state", None) else (
+        state = JobState.parse(result.state) if result.state else (
             JobState.COMPLETED if code == 0 else JobState.FAILED)
     return reg.add(_new_record(result, plan, state, code))
 

@@ -1,7 +1,8 @@
 """Running a job script on this machine as a batch scheduler runs it (the ``local`` site).
 
-The script runs in a session of its own (its processes form one process group, as a job's
-processes form one cgroup under Slurm), with no terminal input.  Its output is copied line by
+The script runs in a session of its own, with no terminal input; the job's processes are that
+session and the sessions its processes start (ddlrun's launcher), as a job's processes form one
+cgroup under Slurm.  Its output is copied line by
 line to the caller and to the job's log.  At the walltime every process of the job gets
 SIGTERM, and SIGKILL ``KILL_WAIT_S`` seconds later (Slurm's ``KillWait``); a chain's stop
 signal before the walltime is the job script's own timer (``templates/_body.sh.j2``).  When
@@ -47,16 +48,21 @@ def kill_wait_s(env=os.environ) -> float:
     return env_seconds(env, KILL_WAIT_ENV, KILL_WAIT_S)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Does a process of group ``pgid`` still run (zombies waiting for their parent do not count)?"""
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    session: int
+    zombie: bool
+
+
+def _processes() -> List[_Proc]:
+    """Every process on this machine, from /proc (empty where there is none)."""
     try:
         entries = os.listdir("/proc")
     except OSError:      # pragma: no cover - not Linux
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
+        return []
+    procs = []
     for pid in entries:
         if not pid.isdigit():
             continue
@@ -65,32 +71,63 @@ def _group_alive(pgid: int) -> bool:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()     # after "pid (comm) "
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+        fields = stat[stat.rfind(")") + 2:].split()     # after "pid (comm) ": state ppid pgrp session
+        if len(fields) > 3:
+            procs.append(_Proc(int(pid), int(fields[1]), int(fields[3]), fields[0] == "Z"))
+    return procs
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+class JobProcesses:
+    """The job's processes: the sessions of the script and of everything it started (ddlrun
+    puts its launcher and ranks in a session of their own), as a scheduler's cgroup holds
+    every process of a job.  ``track()`` while the job runs, ``signal()`` and ``alive()`` at its end."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.sessions = {root}
+
+    def track(self) -> None:
+        procs = _processes()
+        children: Dict[int, List[_Proc]] = {}
+        for p in procs:
+            children.setdefault(p.ppid, []).append(p)
+        todo = [self.root]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                self.sessions.add(child.session)
+                todo.append(child.pid)
+
+    def _members(self) -> List[int]:
+        return [p.pid for p in _processes() if p.session in self.sessions and not p.zombie and p.pid != os.getpid()]
+
+    def alive(self) -> bool:
+        return bool(self._members())
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.root, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in self._members():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
-def end_group(proc: subprocess.Popen, grace: float) -> int:
+def end_job(proc: subprocess.Popen, procs: JobProcesses, grace: float) -> int:
     """SIGTERM to every process of the job, SIGKILL to those left after ``grace`` seconds;
     returns the script's exit status."""
-    pgid = proc.pid
-    _signal_group(pgid, signal.SIGCONT)
-    _signal_group(pgid, signal.SIGTERM)
+    procs.track()
+    procs.signal(signal.SIGCONT)
+    procs.signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()
-        if not _group_alive(pgid):
+        if not procs.alive():
             break
         time.sleep(0.1)
-    _signal_group(pgid, signal.SIGKILL)
+    procs.signal(signal.SIGKILL)
     return proc.wait()
 
 
@@ -127,28 +164,30 @@ def run_script(argv: List[str], *, cwd: Path, env: Dict[str, str], jobdir: Path,
 
         reader = threading.Thread(target=pump, name="wml-local-output", daemon=True)
         reader.start()
+        procs = JobProcesses(proc.pid)
         deadline = time.monotonic() + walltime_s if walltime_s else None
         timed_out = cancelled = False
         try:
             while True:
+                procs.track()
                 try:
                     code = proc.wait(timeout=POLL_S)
-                    _signal_group(proc.pid, signal.SIGKILL)    # what the script left behind
+                    procs.signal(signal.SIGKILL)    # what the script left behind
                     break
                 except subprocess.TimeoutExpired:
                     pass
                 if (jobdir / CANCEL_MARK).exists():
                     cancelled = True
                     say("wml: cancel requested (wml cancel): SIGTERM to every process of the job\n")
-                    code = end_group(proc, grace)
+                    code = end_job(proc, procs, grace)
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     timed_out = True
                     on_walltime(say)
-                    code = end_group(proc, grace)
+                    code = end_job(proc, procs, grace)
                     break
         except KeyboardInterrupt:
-            end_group(proc, grace)
+            end_job(proc, procs, grace)
             reader.join(timeout=5)
             raise WmlError(f"interrupted; job output so far is in {log_path}", exit_code=130) from None
         reader.join(timeout=5)     # a process that left the group may still hold the pipe
