@@ -61,6 +61,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},   # every sub-command inherits -h
 )
 
 PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
@@ -93,7 +94,7 @@ Project = Annotated[Optional[str], typer.Option("--project", "-P", help="Project
 JobName = Annotated[str, typer.Option("--job-name", "-J", help="Job name.")]
 Output = Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")]
 ErrorFile = Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")]
-Env = Annotated[Optional[str], typer.Option("--env", help="Conda env (name or path) to activate in the job.")]
+Env = Annotated[Optional[str], typer.Option("--env", help="Env to activate in the job: a conda env (name or path) or a virtualenv (python -m venv, uv venv; by path). wml render and --dry-run for another site take a path as it is there.")]
 Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to load (repeatable).")]
 Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
 After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
@@ -122,11 +123,27 @@ def _horovod_exports(export, horovod: bool):
     return export
 
 
+def _check_no_option(program: Optional[List[str]]) -> None:
+    """PROGRAM takes what follows the options as they are (ignore_unknown_options): a word that
+    starts with '-' there is an option this command does not have; name the closest one."""
+    if not program or not program[0].startswith("-"):
+        return
+    import difflib
+
+    ctx = _click("globals").get_current_context()
+    given = program[0].split("=", 1)[0]
+    names = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
+    close = difflib.get_close_matches(given, names, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise WmlError(f"unknown option {program[0]!r}{hint} (options go before the program; see {ctx.command_path} -h)")
+
+
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
           queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
           alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None,
-          chain=None, checkpoint_dir=None, signal_margin=None, ranks_per_gpu=None):
-    """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked."""
+          chain=None, checkpoint_dir=None, signal_margin=None, preview=False, logs_dir=None, ranks_per_gpu=None):
+    """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked (``preview``:
+    only shown, see plan_job)."""
     from .chain.spec import check_length
     from .jobscript import plan_job
     from .resources import ResourceRequest, parse_exports
@@ -142,7 +159,7 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
     req = ResourceRequest(
         nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank, ranks_per_gpu=ranks_per_gpu,
         cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
-        walltime=-(-walltime_s // 60) if walltime_s is not None else None,
+        walltime=-(-walltime_s // 60) if walltime_s is not None else None, walltime_s=walltime_s,
         queue=queue, project=project, job_name=job_name, output=output, error=error,
         after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
         rack_contiguous=rack_contiguous,
@@ -152,12 +169,12 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
         base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
         jobdir = new_jobdir(base.absolute(), job_name)
     if chain is None:
-        return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive), None
+        return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive, preview=preview), None
     from .chain.submit import plan_chain, segment_plan
 
-    plan = plan_job(profile, req, program or [], jobdir=jobdir)
+    plan = plan_job(profile, req, program or [], jobdir=jobdir, preview=preview)
     run = plan_chain(plan, jobdir, chain, checkpoint_dir, signal_margin, walltime_s)
-    return segment_plan(plan, run, 1), run
+    return segment_plan(plan, run, 1, logs_dir=logs_dir), run
 
 
 def _warn(plan) -> None:
@@ -179,14 +196,17 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
     The script's output and error files go to the current directory (it exists when you
     submit the printed script from here); `wml submit` gives each job its own directory.
     With --chain N: the first job's script (the others differ only in their segment number
-    and their dependency on the job before)."""
+    and their dependency on the job before); its output files go to the current directory
+    too, not to segment-1/, which only `wml submit` makes."""
     from .jobscript import render_script
 
+    _check_no_option(program)
     export = _horovod_exports(export, horovod)
     plan, _ = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                     queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                     alloc_flags, gpu_binding, jobdir=Path.cwd().absolute(), chain=chain,
-                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, ranks_per_gpu=ranks_per_gpu)
+                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=True,
+                    logs_dir=Path.cwd().absolute(), ranks_per_gpu=ranks_per_gpu)
     _warn(plan)
     sys.stdout.write(render_script(plan))
 
@@ -207,15 +227,19 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     """Write the job script into ./wml-jobs/<name>-<time>/, submit it, print the job id.
 
     On the local site the job runs now, its output streamed here and kept in the job
-    directory, and wml exits with the job's exit status."""
+    directory, and wml exits with the job's exit status; as a scheduler would, it is ended at
+    its walltime (-t: SIGTERM, then SIGKILL 30 s later; TIMEOUT), and `wml jobs/status/logs -f/
+    cancel` see it while it runs."""
     from .jobscript import render_script
     from .submit import submit as do_submit, submit_command_text
 
+    _check_no_option(program)
     export = _horovod_exports(export, horovod)
     plan, run = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
                       queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                       alloc_flags, gpu_binding, interactive=interactive, chain=chain,
-                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, ranks_per_gpu=ranks_per_gpu)
+                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=dry_run,
+                      ranks_per_gpu=ranks_per_gpu)
     _warn(plan)
     if interactive:
         from .interactive import run_interactive
@@ -249,7 +273,8 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     if as_json:
         typer.echo(json.dumps(result.as_json()))
     elif plan.site.scheduler == "local":
-        typer.echo(f"wml: job {result.job_id} finished with exit status {result.exit_code}; "
+        how = "finished" if result.state in (None, "COMPLETED", "FAILED") else f"ended ({result.state})"
+        typer.echo(f"wml: job {result.job_id} {how} with exit status {result.exit_code}; "
                    f"output in {result.output}", err=True)
     else:
         typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}); "
@@ -283,6 +308,54 @@ def bench_allreduce(
         raise typer.Exit(code)
 
 
+def _usage_line(e) -> str:
+    """A command-line parser's usage error (a mistyped command or option, a missing program, a
+    bad option value) as our one line, with the closest name when there is one:
+    ``render: missing argument 'program' (see wml render -h)``."""
+    import difflib
+
+    errors = _click("exceptions")
+    path = e.ctx.command_path if e.ctx is not None else "wml"
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    close = []
+    if isinstance(e, errors.NoSuchOption):
+        msg = f"no such option {e.option_name}"
+        close = difflib.get_close_matches(e.option_name, list(e.possibilities or ()), n=1)
+    elif msg.startswith("No such command") and e.ctx is not None:
+        msg = msg.split(". Did you mean")[0]
+        word = msg.split("'")[1] if msg.count("'") >= 2 else ""
+        cmd = e.ctx.command
+        names = cmd.list_commands(e.ctx) if hasattr(cmd, "list_commands") else []
+        close = [f"'{c}'" for c in difflib.get_close_matches(word, names, n=1)]
+    msg = msg[:1].lower() + msg[1:] + (f"; did you mean {close[0]}?" if close else "")
+    where = path.split(" ", 1)[1] + ": " if " " in path else ""
+    return f"{where}{msg} (see {path} -h)"
+
+
+def _click(module: str):
+    """A module of the click that typer runs on (recent typer carries its own, ``typer._click``)."""
+    try:
+        return importlib.import_module(f"typer._click.{module}")
+    except ImportError:
+        return importlib.import_module(f"click.{module}")
+
+
+def _run(argv: Optional[List[str]]) -> Optional[int]:
+    errors = _click("exceptions")
+    try:
+        return app(args=argv, prog_name="wml", standalone_mode=False)
+    except errors.NoArgsIsHelpError as e:     # `wml`, `wml env`: their help
+        e.show()
+        return e.exit_code
+    except errors.UsageError as e:
+        raise WmlError(_usage_line(e), exit_code=e.exit_code) from None
+    except errors.ClickException as e:
+        raise WmlError(e.format_message(), exit_code=e.exit_code) from None
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point: user errors are one line on stderr, never a traceback."""
-    run_main("wml", lambda: app(args=argv, prog_name="wml"))
+    """Entry point: user errors (ours and the command-line parser's) are one line on stderr,
+    never a traceback or a usage block."""
+    run_main("wml", lambda: _run(argv))

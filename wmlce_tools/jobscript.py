@@ -162,18 +162,21 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
     return (prog, *args)
 
 
-def _env_activation(conda_env: Optional[str]) -> Tuple[str, ...]:
+def _env_activation(conda_env: Optional[str], check: bool = True) -> Tuple[str, ...]:
     if not conda_env:
         return ()
-    from .env.activation import activation_lines, resolve_env
+    from .env.activation import job_env_lines
 
-    return tuple(activation_lines(resolve_env(conda_env)))
+    return tuple(job_env_lines(conda_env, check=check))
 
 
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
-             jobdir: Path, workdir: Optional[Path] = None, interactive: bool = False) -> JobPlan:
+             jobdir: Path, workdir: Optional[Path] = None, interactive: bool = False,
+             preview: bool = False) -> JobPlan:
     """Validate everything about a job; raise WmlError naming the first problem.
-    ``interactive``: an allocation for a shell (``wml submit --interactive``), no program needed."""
+    ``interactive``: an allocation for a shell (``wml submit --interactive``), no program needed.
+    ``preview``: the script is only shown (``wml render``, ``--dry-run``): for a site other than
+    this machine an ``--env`` path is not looked for here (it names a path on that machine)."""
     workdir = workdir or Path.cwd()
     if req.gpu_binding and req.gpu_binding != site.gpu_binding:
         site = replace(site, gpu_binding=req.gpu_binding)
@@ -202,7 +205,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if site.project_required and not req.project:
         raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
                        "(the scheduler rejects a job without one)")
-    env_lines = _env_activation(req.conda_env)
+    env_lines = _env_activation(req.conda_env, check=not preview or site.scheduler == "local")
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it

@@ -129,11 +129,12 @@ class Layout:
         if self.ranks_per_gpu > 1:
             g = f", {self.ranks_per_gpu} ranks per GPU"
         emu = " (emulated on this host)" if self.emulated else ""
+        ranks = "1 rank" if self.size == 1 else f"{self.size} ranks"
         if self.ranks_per_core > 1:
-            return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
+            return (f"{ranks} on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
                     f"{self.ranks_per_core} ranks per core ({self.threads_per_core} hw threads), "
                     f"{self.cpus_per_rank} hw thread(s) per rank")
-        return (f"{self.size} ranks on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
+        return (f"{ranks} on {self.nodes} node(s){emu}, {self.ranks_per_node} per node{g}, "
                 f"{self.cores_per_rank} core(s) x {self.threads_per_core} hw thread(s) per rank")
 
 

@@ -21,6 +21,7 @@ class ResourceRequest:
     cores_per_rank: Optional[int] = None      # default: fair share of the usable cores
     threads_per_core: Optional[int] = None    # hw threads per core a rank uses (SMT level)
     walltime: Optional[int] = None            # minutes
+    walltime_s: Optional[int] = None          # -t to the second (the local site ends its jobs there)
     queue: Optional[str] = None
     project: Optional[str] = None
     job_name: str = "wml-job"

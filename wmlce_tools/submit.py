@@ -35,6 +35,8 @@ class SubmitResult:
     output: str
     error: str
     exit_code: Optional[int] = None   # known right away only for the local site
+    record_id: Optional[int] = None   # the local site: the job's ID in `wml jobs`, recorded when it started
+    state: Optional[str] = None       # the local site: how it ended (COMPLETED, FAILED, TIMEOUT, CANCELLED)
 
     def as_json(self) -> dict:
         d = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -110,7 +112,34 @@ def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
     return plan, render_script(plan)
 
 
+def _submit_here(plan: JobPlan) -> str:
+    """``_run_submit``; when the scheduler's command refused the job (sbatch's DNS and
+    configuration errors) on a host that is not one of the site's login nodes, the one line
+    says so first, then the command's last word.  A missing command and a server that did not
+    answer keep their own lines (the first's hint already names the login nodes)."""
+    from .schedulers import SchedulerError, SchedulerUnreachable
+
+    try:
+        return _run_submit(plan)
+    except SchedulerError as e:
+        if isinstance(e, SchedulerUnreachable):
+            raise
+        from .site.detect import elsewhere
+        from .site.registry import known_sites
+
+        why = elsewhere(plan.site.name, known_sites())
+        if why is None:
+            raise
+        said, _, kept = str(e).partition(" (script kept in ")
+        fatal = said.rsplit("fatal: ", 1)[1] if "fatal: " in said else said.split(" rejected the job: ", 1)[-1]
+        tool = plan.scheduler.submit_tool
+        kept = f" (script kept in {kept}" if kept else ""
+        raise SchedulerError(f"{why}; {tool} rejected the job: {fatal[:200]}{kept}") from None
+
+
 def _run_submit(plan: JobPlan) -> str:
+    from .schedulers import SchedulerError
+
     argv = submit_command(plan)
     tool = argv[0]
     script = plan.jobdir / "job.sh"
@@ -120,34 +149,50 @@ def _run_submit(plan: JobPlan) -> str:
                                           context=f"the script is kept in {script}")
     if proc.returncode != 0:
         msg = " ".join((proc.stderr or proc.stdout).split())[:400] or f"exit status {proc.returncode}"
-        raise WmlError(f"{tool} rejected the job: {msg} (script kept in {script})")
+        raise SchedulerError(f"{tool} rejected the job: {msg} (script kept in {script})")
     return plan.scheduler.parse_submit(proc.stdout)
 
 
-def _run_local(plan: JobPlan, out: Callable[[str], None]) -> tuple[str, int]:
-    """Run the script now; stream its output to ``out`` and to the job's output.log."""
+def _local_job_id(plan: JobPlan) -> str:
     # a chain's segments are <run>/segment-<k>: the run's name keeps their ids unique
-    job_id = f"local-{plan.jobdir.name}" if plan.segment is None else f"local-{plan.jobdir.parent.name}-{plan.segment.index}"
+    return f"local-{plan.jobdir.name}" if plan.segment is None else f"local-{plan.jobdir.parent.name}-{plan.segment.index}"
+
+
+def _walltime_notice(plan: JobPlan, job_id: str) -> Callable[[Callable[[str], None]], None]:
+    """What the local runner says when the job reaches its walltime."""
+    from .schedulers.local_run import kill_wait_s
+
+    def notice(say: Callable[[str], None]) -> None:
+        wall = plan.request.walltime_s
+        say(f"wml: job {job_id} reached its walltime ({wall} s): SIGTERM to every process of the job, SIGKILL "
+            f"{kill_wait_s():g} s later, as a scheduler ends a job at its time limit (TIMEOUT)\n")
+        seg = plan.segment
+        if seg is None:
+            return
+        from .chain import record
+
+        chain = seg.chain
+        step = record.latest_step(chain.checkpoint_dir)
+        nxt = (f"segment {seg.index + 1} starts from " + (f"its last checkpoint (step {step})" if step is not None
+                                                          else "the beginning: there is no checkpoint")
+               if seg.index < chain.length else "it was the chain's last: the run is not finished")
+        say(f"wml: segment {seg.index} of {chain.length} took no notice of SIG{chain.signal}, sent {chain.margin_s} s "
+            f"before the walltime to ask its ranks to checkpoint and stop (a program must checkpoint on it and exit "
+            f"75, see README 'Training longer than a walltime'; or its checkpoint takes longer than --signal-margin); "
+            f"{nxt}\n")
+
+    return notice
+
+
+def _run_local(plan: JobPlan, out: Callable[[str], None], job_id: str):
+    """Run the script now, as a scheduler would (schedulers/local_run.py): its output streamed
+    to ``out`` and to the job's output.log, ended at its walltime."""
+    from .schedulers.local_run import run_script
+
     env = dict(os.environ, WML_JOB_ID=job_id, WML_JOB_DIR=str(plan.jobdir))
-    log_path = Path(plan.output)
-    with open(log_path, "w", buffering=1) as log:
-        proc = subprocess.Popen(["bash", str(plan.jobdir / "job.sh")], cwd=plan.workdir, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                out(line)
-            code = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            try:
-                code = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            raise WmlError(f"interrupted; job output so far is in {log_path}", exit_code=130) from None
-    return job_id, code
+    return run_script(["bash", str(plan.jobdir / "job.sh")], cwd=plan.workdir, env=env, jobdir=plan.jobdir,
+                      log_path=Path(plan.output), out=out, walltime_s=plan.request.walltime_s,
+                      on_walltime=_walltime_notice(plan, job_id))
 
 
 def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.write) -> SubmitResult:
@@ -164,12 +209,25 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
                 raise WmlError(f"could not create a job directory under {plan.jobdir.parent}: "
                                "every name was taken by other wml processes") from None
             plan, script = _replan(plan)   # two `wml submit` in the same second: both get a directory
-    exit_code = None
-    if plan.site.scheduler == "local":
-        job_id, exit_code = _run_local(plan, out)
-    else:
-        job_id = _run_submit(plan)
-    return SubmitResult(job_id=job_id, site=plan.site.name, scheduler=plan.site.scheduler,
-                        script=plan.jobdir / "job.sh", submit_command=submit_command_text(plan),
-                        jobdir=plan.jobdir, output=plan.scheduler.expand_output(plan.output, job_id),
-                        error=plan.scheduler.expand_output(plan.error, job_id), exit_code=exit_code)
+    local = plan.site.scheduler == "local"
+    job_id = _local_job_id(plan) if local else _submit_here(plan)
+    result = SubmitResult(job_id=job_id, site=plan.site.name, scheduler=plan.site.scheduler,
+                          script=plan.jobdir / "job.sh", submit_command=submit_command_text(plan),
+                          jobdir=plan.jobdir, output=plan.scheduler.expand_output(plan.output, job_id),
+                          error=plan.scheduler.expand_output(plan.error, job_id))
+    if not local:
+        return result
+    # a local job is in the registry while it runs (wml jobs/status/logs -f from another shell)
+    from .jobs.lifecycle import record_local_end, record_local_start
+
+    rec = record_local_start(result, plan)
+    try:
+        end = _run_local(plan, out, job_id)
+    except WmlError as e:     # Ctrl-C (130): the job was ended as `wml cancel` ends it
+        from .schedulers.local_run import LocalEnd
+
+        if rec is not None:
+            record_local_end(rec, LocalEnd(e.exit_code, cancelled=e.exit_code == 130))
+        raise
+    state = record_local_end(rec, end) if rec is not None else None
+    return replace(result, exit_code=end.exit_code, record_id=rec.id if rec else None, state=state)

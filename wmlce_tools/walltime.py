@@ -61,6 +61,20 @@ def parse_duration_s(text: str | int, what: str = "walltime") -> int:
     return total
 
 
+def env_seconds(env, var: str, default: float) -> float:
+    """Seconds >= 0 from the environment variable ``var`` (``default`` when unset or empty)."""
+    text = env.get(var)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise WmlError(f"{var}={text!r} must be a number of seconds >= 0")
+    return value
+
+
 def hhmm(minutes: int) -> str:
     """``H:MM`` (LSF ``-W`` form)."""
     return f"{minutes // 60}:{minutes % 60:02d}"

@@ -13,7 +13,8 @@ from pathlib import Path
 PROGRAM = Path(__file__).resolve().parent / "programs" / "resumable.py"
 
 
-def run_chain(run_wml, tmp_path, chain, steps, per_walltime, walltime="6s", margin="3s"):
+# the timer's signal 3 s into each segment; the walltime, which the local site enforces, well after it
+def run_chain(run_wml, tmp_path, chain, steps, per_walltime, walltime="60s", margin="57s"):
     result = tmp_path / "result.json"
     proc = run_wml("submit", "--chain", str(chain), "-t", walltime, "--signal-margin", margin,
                    "--ranks-per-node", "2", "-J", "run", "--json", str(PROGRAM), "--steps", str(steps),
@@ -53,12 +54,12 @@ def test_a_chain_too_short_says_how_to_go_on(run_wml, tmp_path):
     assert f"--checkpoint-dir {info['checkpoint_dir']}" in proc.stderr
     assert not result.exists()
     # resuming it: a new chain on the same checkpoint directory finishes the run
-    again = run_wml("submit", "--chain", "2", "-t", "6s", "--signal-margin", "3s", "--checkpoint-dir",
+    again = run_wml("submit", "--chain", "2", "-t", "60s", "--signal-margin", "57s", "--checkpoint-dir",
                     info["checkpoint_dir"], str(PROGRAM), "--steps", "25", "--steps-per-walltime", "10",
                     "--result", str(result), timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(result.read_text())["step"] == 25
     # and a segment that finds the run finished exits at once, saying so
-    done = run_wml("submit", "--chain", "1", "-t", "6s", "--signal-margin", "3s", "--checkpoint-dir",
+    done = run_wml("submit", "--chain", "1", "-t", "60s", "--signal-margin", "57s", "--checkpoint-dir",
                    info["checkpoint_dir"], str(PROGRAM), "--steps", "25", "--result", str(result), timeout=60)
     assert done.returncode == 0 and "has already finished" in done.stdout + done.stderr

@@ -31,7 +31,8 @@ def one_job_final(tmp_path: Path, steps: int) -> str:
 def test_a_signal_at_start_stops_each_segment_after_one_agreed_step(run_wml, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_wml("submit", "--chain", "3", "-t", "4s", "--signal-margin", "3s", "--ranks-per-node", "2",
+    # the signal 1 s into each segment; the walltime (which the local site enforces) well after it
+    proc = run_wml("submit", "--chain", "3", "-t", "60s", "--signal-margin", "59s", "--ranks-per-node", "2",
                    "-J", "torch", "--json", "python", str(PROGRAM), str(out), "--steps", "3", "--step-seconds", "0",
                    "--wait-for-stop-after", "0", timeout=240)
     text = proc.stdout + proc.stderr

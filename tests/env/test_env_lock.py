@@ -113,6 +113,7 @@ def test_unreachable_channel_is_named(tmp_path: Path, write_spec):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "channel http://127.0.0.1:9/wml-mirror is unreachable" in proc.stderr
+    assert "give a local mirror of the channel: -c file:///" in proc.stderr      # no network: say what works
 
 
 def test_missing_local_channel_is_named(tmp_path: Path, write_spec):

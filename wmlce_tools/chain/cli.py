@@ -50,15 +50,16 @@ def submit_chain_cmd(plan: JobPlan, chain: Chain, out: Callable[[str], None], as
 
 def wait_chain(job_ref: str, out: TextIO = sys.stderr, timeout: Optional[float] = None) -> int:
     """Wait for every segment in turn until the run is finished or the chain has ended;
-    0 when finished, else the last segment's exit status (1 when unknown)."""
-    from ..jobs.lifecycle import find, wait_for
+    0 when finished, else the last segment's exit status (1 when unknown).  ``job_ref``: a
+    segment's scheduler id."""
+    from ..jobs.lifecycle import wait_for
     from ..jobs.registry import Registry
     from .view import chain_of
 
     reg = Registry()
-    view = chain_of(find(job_ref, reg), reg)
+    view = chain_of(reg.get(job_ref), reg)
     if view is None:
-        return wait_for(find(job_ref, reg), out=out, timeout=timeout, registry=reg)
+        return wait_for(reg.get(job_ref), out=out, timeout=timeout, registry=reg)
     code = 1
     for seg in view.segments:
         if seg.job is None:
@@ -66,7 +67,7 @@ def wait_chain(job_ref: str, out: TextIO = sys.stderr, timeout: Optional[float] 
         code = wait_for(seg.job, out=out, timeout=timeout, registry=reg)
         if record.finished(Path(view.rec.checkpoint_dir)):
             break
-    view = chain_of(find(job_ref, reg), reg, refresh=False)
+    view = chain_of(reg.get(job_ref), reg, refresh=False)
     for line in view.lines():
         out.write(line + "\n")
     return 0 if view.finished else (code or 1)

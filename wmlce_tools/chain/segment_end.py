@@ -85,6 +85,7 @@ def _end_segment(run_dir: Path, index: int, status: int) -> int:
         nxt = f"segment {index + 1} resumes from the last good checkpoint" if index < rec.length else \
             "it was the chain's last: the run is not finished"
         _say(f"{where} failed with exit status {status}{at and ' (last checkpoint' + at + ')'}; {nxt}")
+    (run_dir / f"segment-{index}").mkdir(parents=True, exist_ok=True)   # a script wml render printed: not made yet
     record.write_json_atomic(run_dir / f"segment-{index}" / record.END_FILE,
                              {"status": status, "step": step, "time": time.time()})
     return status

@@ -41,10 +41,13 @@ def plan_chain(plan: JobPlan, run_dir: Path, length: int, checkpoint_dir: Option
     return Chain(length=length, run_dir=run_dir, checkpoint_dir=ckpt, margin_s=margin_s, walltime_s=wall_s)
 
 
-def segment_plan(plan: JobPlan, chain: Chain, index: int, previous: Optional[str] = None) -> JobPlan:
+def segment_plan(plan: JobPlan, chain: Chain, index: int, previous: Optional[str] = None,
+                 logs_dir: Optional[Path] = None) -> JobPlan:
     """Segment ``index`` of ``chain``: its own job directory and output, the contract's
-    variables exported to every rank."""
-    jobdir = chain.segment_dir(index)
+    variables exported to every rank.  ``logs_dir``: the scheduler's output files go there
+    instead (``wml render``: a directory that exists when the printed script is submitted;
+    the segment's directory exists only when ``wml submit`` makes it)."""
+    jobdir = chain.segment_dir(index) if logs_dir is None else logs_dir
     out, err = plan.scheduler.output_paths(jobdir, plan.request.job_name)
     output = plan.request.output or out
     error = plan.request.error or (plan.request.output if plan.request.output else err)

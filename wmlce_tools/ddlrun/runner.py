@@ -138,18 +138,9 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
 
 
 def fail_grace_s(env=os.environ) -> float:
-    from ..errors import WmlError
+    from ..walltime import env_seconds
 
-    text = env.get(GRACE_VAR)
-    if not text:
-        return FAIL_GRACE_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise WmlError(f"{GRACE_VAR}={text!r} must be a number of seconds >= 0")
-    return value
+    return env_seconds(env, GRACE_VAR, FAIL_GRACE_S)
 
 
 def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,

@@ -3,7 +3,11 @@
 :func:`activation_lines` returns bash lines, each already quoted with :func:`shlex.quote`,
 that do what ``conda activate`` does for a batch job: export CONDA_PREFIX, CONDA_DEFAULT_ENV
 and CONDA_SHLVL, put ``$CONDA_PREFIX/bin`` first on PATH, and source the env's
-``etc/conda/activate.d/*.sh`` scripts.
+``etc/conda/activate.d/*.sh`` scripts.  :func:`job_env_lines` is what a job script gets for
+``--env``: a conda env's lines, or a virtualenv's (``python -m venv``, ``uv venv``: a
+``pyvenv.cfg`` at its top) as its ``bin/activate`` sets it up for a script (VIRTUAL_ENV, its
+``bin`` first on PATH, no PYTHONHOME); for a path on another machine (``wml render --site
+<remote>``), lines that tell the two apart where the job runs.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from pathlib import Path
 from wmlce_tools.env.locations import env_name
 from wmlce_tools.env.locations import resolve_env as _resolve_env
 
-__all__ = ["resolve_env", "activation_lines"]
+__all__ = ["resolve_env", "activation_lines", "job_env_lines", "is_venv"]
 
 
 def resolve_env(name_or_path: str | os.PathLike[str]) -> Path:
@@ -35,3 +39,45 @@ def activation_lines(prefix: str | os.PathLike[str]) -> list[str]:
         "done",
         "unset __wml_script",
     ]
+
+
+def is_venv(prefix: Path) -> bool:
+    """A virtualenv (``python -m venv``, ``virtualenv``, ``uv venv``): ``pyvenv.cfg`` at its top."""
+    return (prefix / "pyvenv.cfg").is_file()
+
+
+def venv_lines(prefix: str | os.PathLike[str]) -> list[str]:
+    return [f"export VIRTUAL_ENV={shlex.quote(str(Path(prefix).absolute()))}",
+            'export PATH="$VIRTUAL_ENV/bin${PATH:+:$PATH}"',
+            "unset PYTHONHOME"]
+
+
+def job_env_lines(name_or_path: str, check: bool = True) -> list[str]:
+    """The job script's lines for ``--env``.  ``check``: the env is on this machine (a conda env
+    by name or path, or a virtualenv by path); else a path is taken as it is on the machine the
+    job runs on, and the job tells a virtualenv from a conda env there (or stops, saying why)."""
+    text = os.fspath(name_or_path)
+    is_path = "/" in text or text.startswith((".", "~"))
+    if is_path and check:
+        prefix = Path(text).expanduser().absolute()
+        if prefix.exists() and is_venv(prefix):
+            return venv_lines(prefix)
+        if prefix.exists() and not (prefix / "conda-meta").is_dir():
+            from wmlce_tools.errors import WmlError
+
+            raise WmlError(f"--env {text}: neither a conda environment (no conda-meta/) nor a virtualenv "
+                           "(no pyvenv.cfg)")
+    if not is_path or check:
+        return activation_lines(resolve_env(text))
+    prefix = shlex.quote(str(Path(text).expanduser().absolute()))
+    venv = [f"    {line}" for line in venv_lines("X")[1:]]
+    conda = [f"    {line}" for line in activation_lines("/X")[2:]]     # after CONDA_PREFIX, CONDA_DEFAULT_ENV
+    return [f"wml_env={prefix}",
+            'if [ -f "$wml_env/pyvenv.cfg" ]; then',
+            '    export VIRTUAL_ENV="$wml_env"', *venv,
+            'elif [ -d "$wml_env/conda-meta" ]; then',
+            '    export CONDA_PREFIX="$wml_env"', '    export CONDA_DEFAULT_ENV="$wml_env"', *conda,
+            "else",
+            '    echo "wml: --env $wml_env is neither a virtualenv nor a conda environment on $(hostname)" >&2',
+            "    exit 2",
+            "fi"]

@@ -146,7 +146,10 @@ def _channel_message(exc: Exception, channels: list[str]) -> str:
         culprit = m.group(0) if m else ", ".join(channels)
     causes = [ln.replace("Caused by:", "").strip() for ln in text.splitlines() if ln.strip()]
     reason = causes[-1] if causes else text
-    return f"channel {culprit} is unreachable: {reason}"
+    mirror = "" if culprit.startswith("file:") else (
+        "; without a network, give a local mirror of the channel: -c file:///path/to/mirror "
+        "(a directory holding the channel's <platform>/repodata.json and packages)")
+    return f"channel {culprit} is unreachable: {reason}{mirror}"
 
 
 async def _solve_all(spec: EnvSpec, channels: list[str], platforms: list[str]) -> dict[str, list[Any]]:

@@ -6,8 +6,9 @@ they are (``register(app)`` does exactly that)::
     from .jobs.cli import register as register_job_commands
     register_job_commands(app)
 
-JOB is the scheduler's job id (what sbatch/bsub/qsub printed), or wml's local id from
-``wml jobs`` (``id:N`` when it could be mistaken for a scheduler id).
+JOB is the ID column of ``wml jobs`` (a bare number is that first), the scheduler's job id
+(what sbatch/bsub/qsub printed; ``job:N`` when it is a bare number that is also an ID), or a
+run id (``wml-job-20261126-091855``, what ``wml submit --chain`` and ``wml jobs`` print).
 """
 
 import json
@@ -20,7 +21,7 @@ from typing_extensions import Annotated
 
 from ..errors import WmlError
 
-Job = Annotated[str, typer.Argument(help="Job: the scheduler's id (as submit printed it) or wml's local id (id:N).")]
+Job = Annotated[str, typer.Argument(help="Job: the ID column of `wml jobs`, the scheduler's id as submit printed it (job:N when a bare number is also an ID), or a run id (wml-job-YYYYMMDD-HHMMSS).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 

@@ -6,7 +6,8 @@ order, cancel command, the files it leaves behind); this module only runs those 
 bounded in time, and keeps the registry (``registry.py``) up to date.
 
 - ``record_submission(result, plan)``: the registry entry for a job ``submit`` just submitted
-  (a local-site job has already ended: it is recorded with its final state).
+  (a local-site job is recorded RUNNING as it starts, ``record_local_start``, and its end by
+  the wml process that runs it, ``record_local_end``).
 - ``refresh(record)``: the job's state now, recorded in the registry.
 - ``wait_for(record, out)``: polls with backoff (0.5 s growing to 10 s), shows a live line
   ``job 123 RUNNING 00:42`` on a terminal and plain lines otherwise (at least one a minute),
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, TextIO, Tuple
 
 from ..errors import WmlError
-from ..schedulers import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
+from ..schedulers import (CANCEL_FINISHED, CANCEL_MARK, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
                           get_scheduler, tool_failure)
 from .registry import JobRecord, Registry
 from .states import JobState
@@ -36,7 +37,6 @@ CANCEL_TIMEOUT_S = 60.0
 CANCEL_SETTLE_S = 20.0         # how long `cancel` watches for the job to end
 POLL_FIRST_S, POLL_MAX_S, POLL_GROWTH = 0.5, 10.0, 1.5
 PLAIN_PROGRESS_EVERY_S = 60.0  # without a terminal: a line at least this often
-CANCEL_MARK = "cancel-requested"   # in the job directory: wml asked for this job to be cancelled
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,63 @@ def open_registry(registry: Optional[Registry] = None) -> Registry:
 def record_submission(result, plan=None, registry: Optional[Registry] = None) -> JobRecord:
     """Add the job ``submit`` returned (a ``SubmitResult``) to the registry.
 
-    A local-site job ran to its end inside ``submit``: it is recorded COMPLETED or FAILED
-    with its exit code.  Jobs given to a scheduler start PENDING."""
-    name = plan.request.job_name if plan is not None else Path(str(result.jobdir)).name
+    A local-site job was recorded when it started (``record_local_start``) and has ended:
+    its record is returned.  Jobs given to a scheduler start PENDING."""
+    reg = open_registry(registry)
+    if result.scheduler == "local" and result.record_id is not None:
+        return reg.get(int(result.record_id))
     state, code = JobState.PENDING, None
-    if result.scheduler == "local":
+    if result.scheduler == "local":     # ran without a record (the registry was not usable then)
         code = result.exit_code if result.exit_code is not None else 0
-        state = JobState.COMPLETED if code == 0 else JobState.FAILED
-    rec = JobRecord(site=result.site, scheduler=result.scheduler, job_id=str(result.job_id), name=name,
-                    job_dir=str(result.jobdir), script=str(result.script), output=str(result.output),
-                    error=str(result.error), submit_command=result.submit_command, state=state, exit_code=code)
-    return open_registry(registry).add(rec)
+        state = JobState.parse(result.state) if result.state else (
+            JobState.COMPLETED if code == 0 else JobState.FAILED)
+    return reg.add(_new_record(result, plan, state, code))
 
 
-def find(ref: str, registry: Optional[Registry] = None) -> JobRecord:
-    """The registered job ``ref`` (scheduler id, local id or ``id:N``); WmlError if none."""
-    return open_registry(registry).get(ref)
+def _new_record(result, plan, state: JobState, code: Optional[int]) -> JobRecord:
+    name = plan.request.job_name if plan is not None else Path(str(result.jobdir)).name
+    return JobRecord(site=result.site, scheduler=result.scheduler, job_id=str(result.job_id), name=name,
+                     job_dir=str(result.jobdir), script=str(result.script), output=str(result.output),
+                     error=str(result.error), submit_command=result.submit_command, state=state, exit_code=code)
+
+
+def record_local_start(result, plan, registry: Optional[Registry] = None,
+                       err: TextIO = sys.stderr) -> Optional[JobRecord]:
+    """A local-site job about to run: recorded RUNNING (submitted now), its ID said on ``err``
+    with how to follow it.  None, with a warning, when the registry cannot take it: the job
+    runs all the same."""
+    try:
+        rec = open_registry(registry).add(_new_record(result, plan, JobState.RUNNING, None))
+    except WmlError as e:
+        err.write(f"wml: warning: job {result.job_id} is not recorded ({e}); it runs all the same\n")
+        return None
+    seg = plan.segment if plan is not None else None
+    what = f"run {seg.chain.run_id}, segment {seg.index} of {seg.chain.length}: job" if seg is not None else "job"
+    err.write(f"wml: {what} {result.job_id} (ID {rec.id} in wml jobs) running on this machine; from another "
+              f"shell: wml status {rec.id}, wml logs -f {rec.id}, wml cancel {rec.id}\n")
+    err.flush()
+    return rec
+
+
+def record_local_end(record: JobRecord, end, registry: Optional[Registry] = None) -> str:
+    """Record how a local job ended (a ``LocalEnd``); returns its state's name."""
+    state = (JobState.TIMEOUT if end.timed_out else JobState.CANCELLED if end.cancelled
+             else JobState.COMPLETED if end.exit_code == 0 else JobState.FAILED)
+    try:
+        open_registry(registry).update_state(record, state, end.exit_code)
+    except WmlError as e:
+        sys.stderr.write(f"wml: warning: could not record how job {record.job_id} ended ({e})\n")
+    return state.value
+
+
+def find(ref: str, registry: Optional[Registry] = None, err: TextIO = sys.stderr) -> JobRecord:
+    """The registered job a user means by ``ref`` (``Registry.resolve``: the ID column's number,
+    ``id:N``, ``job:X``, the scheduler's id, a run id); WmlError if none.  When a bare number
+    is also another job's scheduler id, a line on ``err`` says how to ask for that one."""
+    rec, note = open_registry(registry).resolve(ref)
+    if note:
+        err.write(f"wml: {note}\n")
+    return rec
 
 
 # -- asking the scheduler ------------------------------------------------------------------
@@ -98,8 +139,14 @@ def _cancel_requested(record: JobRecord) -> bool:
 
 def observe(record: JobRecord) -> Observation:
     """Ask the job's scheduler (its queries in order), then the job's own files."""
-    if record.scheduler == "local":
-        return Observation(record.state, record.exit_code, True, "registry")
+    if record.scheduler == "local":    # the wml process running it records its end
+        from ..schedulers.local_run import runner_gone
+
+        now = open_registry().get(record.id) if record.id is not None else record
+        if not now.state.final and now.job_dir and runner_gone(Path(now.job_dir)):
+            return Observation(JobState.UNKNOWN, None, True, "registry",
+                               "the wml process that ran it has ended without recording how the job ended")
+        return Observation(now.state, now.exit_code, True, "registry")
     sched = get_scheduler(record.scheduler)
     queries = sched.status_queries(record.job_id)
     _check_tools(sched, [queries[0].argv[0]] if queries else [])
@@ -273,13 +320,14 @@ def cancel(record: JobRecord, registry: Optional[Registry] = None, *,
     reg = open_registry(registry)
     if record.state.final:
         return record, CANCEL_FINISHED
-    if record.scheduler == "local":   # pragma: no cover - local jobs are recorded ended
-        return record, CANCEL_FINISHED
-    sched = get_scheduler(record.scheduler)
-    argv = sched.cancel_argv(record.job_id)
-    _check_tools(sched, [argv[0]])
-    proc = _run_tool(sched, argv, CANCEL_TIMEOUT_S, retry_busy=False)
-    outcome = sched.parse_cancel(proc.stdout, proc.stderr, proc.returncode)
+    if record.scheduler == "local":   # the wml process running it sees the mark and ends it
+        outcome = CANCEL_REQUESTED
+    else:
+        sched = get_scheduler(record.scheduler)
+        argv = sched.cancel_argv(record.job_id)
+        _check_tools(sched, [argv[0]])
+        proc = _run_tool(sched, argv, CANCEL_TIMEOUT_S, retry_busy=False)
+        outcome = sched.parse_cancel(proc.stdout, proc.stderr, proc.returncode)
     if outcome == CANCEL_REQUESTED and record.job_dir:
         try:
             (Path(record.job_dir) / CANCEL_MARK).write_text(f"{time.time()}\n")

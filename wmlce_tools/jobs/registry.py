@@ -10,8 +10,11 @@ one short ``BEGIN IMMEDIATE`` transaction.  A file that is corrupted, not a regi
 for too long or not writable gives one ``WmlError`` line saying what to do, never a traceback.
 
 A job is found by its local id (the registry's own number, ``wml jobs`` shows it) or by the
-scheduler's job id.  When a reference is both, the scheduler's id wins (it is what sbatch,
-bsub and qsub printed); ``id:N`` always means local id N.
+scheduler's job id.  ``get`` (wml's own lookups, which hold a scheduler's id) tries the
+scheduler's id first; ``resolve`` (what a user typed: ``wml status/logs/cancel JOB``) takes a
+bare number as the ID column's first, as ``wml jobs`` shows it, and also knows a run id or job
+directory name (``wml-job-20261126-091855``).  ``id:N`` always means local id N, ``job:X`` the
+scheduler's id X.
 """
 from __future__ import annotations
 
@@ -261,6 +264,47 @@ class Registry:
             # ... then the local id.
             row = db.execute(f"SELECT * FROM jobs WHERE id = ?{site_sql}", [int(text), *site_args]).fetchone()
         return row
+
+    def resolve(self, text: str) -> "tuple[JobRecord, str]":
+        """The job a user means by ``text``, and a note ('' when none) when a bare number is
+        both an ID in ``wml jobs`` and another job's scheduler id (the ID wins; ``job:N`` asks
+        for the scheduler's).  Forms: ``id:N``, ``job:X``, N, the scheduler's id, a run id
+        (a chain's first segment, from which its run is shown) or a job directory's name."""
+        text = str(text).strip()
+        low = text.lower()
+        with self._db() as db:
+            note = ""
+            if low.startswith("job:") and text[4:].strip():
+                row = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC LIMIT 1",
+                                 (text[4:].strip(),)).fetchone()
+            elif text.isdigit():
+                row = db.execute("SELECT * FROM jobs WHERE id = ?", (int(text),)).fetchone()
+                other = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC LIMIT 1", (text,)).fetchone()
+                if row is None:
+                    row = other
+                elif other is not None and other["id"] != row["id"]:
+                    note = (f"{text} is ID {text} in `wml jobs` ({row['site']} job {row['job_id']}); for "
+                            f"{other['site']} job {text} say job:{text}")
+            else:
+                row = self._find(db, text, None)
+                if row is None and "/" not in text:
+                    row = self._by_directory(db, text)
+        if row is None:
+            raise self._unknown(text)
+        return self._record(row), note
+
+    @staticmethod
+    def _by_directory(db: sqlite3.Connection, name: str) -> Optional[sqlite3.Row]:
+        """The job whose directory is ``name`` (a plain job's name-time), else the first
+        segment of the run whose directory is ``name`` (a chained run's id)."""
+        like = "%" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = db.execute("SELECT * FROM jobs WHERE job_dir LIKE ? ESCAPE '\\' ORDER BY id DESC",
+                          (like,)).fetchall()
+        own = [r for r in rows if Path(r["job_dir"]).name == name]
+        if own:
+            return own[0]
+        segments = [r for r in rows if Path(r["job_dir"]).parent.name == name]
+        return min(segments, key=lambda r: r["id"]) if segments else None
 
     @staticmethod
     def _unknown(ref: Ref) -> WmlError:

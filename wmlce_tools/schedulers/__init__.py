@@ -28,6 +28,8 @@ StatusParser = Callable[[str, str, int], Optional[Status]]
 CANCEL_REQUESTED = "requested"     # the scheduler accepted it (the job ends soon)
 CANCEL_FINISHED = "finished"       # the job had already ended
 CANCEL_UNKNOWN = "unknown"         # the scheduler does not know the job
+#: in the job directory: wml asked for this job to be cancelled (the local site's runner acts on it)
+CANCEL_MARK = "cancel-requested"
 
 
 class StatusQuery(NamedTuple):

@@ -1,7 +1,7 @@
 """No scheduler: the job script runs now on this machine (``bash script``), its output
-streamed to the terminal and kept in the job directory.  The job has ended by the time
-``wml submit`` returns, so it is recorded with its final state: there is nothing to ask
-for status and nothing to cancel."""
+streamed to the terminal and kept in the job directory, run as a scheduler runs a job
+(``local_run.py``: ended at its walltime, cancelled through its job directory).  The wml
+process that runs it records it in the registry as it starts and as it ends."""
 from __future__ import annotations
 
 from pathlib import Path

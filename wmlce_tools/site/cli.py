@@ -24,7 +24,10 @@ def list_sites() -> None:
         if p.node.detect:
             node = "detected"
         table.add_row(name, p.scheduler, p.launcher, p.platform, node, str(known.source))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:    # piped: whole columns, not cut at 80 characters
+        console = Console(width=10_000)
+    console.print(table)
 
 
 @app.command()

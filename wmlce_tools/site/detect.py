@@ -64,6 +64,26 @@ def detect_site(sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.envir
     return Detection(name, why)
 
 
+def elsewhere(site: str, sites: "dict[str, KnownSite]", env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """When ``site`` has detection rules and this host does not match them: why this host is
+    not one of its login nodes, as ``wml site detect`` says it (None: it matches, or ``site``
+    has no rules to tell)."""
+    known = sites.get(site)
+    if known is None or not (known.profile.detect.hostnames or known.profile.detect.environment):
+        return None
+    found = detect_site(sites, env)
+    if found is not None and found.name == site:
+        return None
+    import socket
+
+    host = env.get("WML_HOSTNAME") or socket.getfqdn()
+    det = known.profile.detect
+    rules = " or ".join([*(f"host {p}" for p in det.hostnames), *(f"{k}={v}" for k, v in det.environment.items())])
+    said = f"{found.name} ({found.reason})" if found else "local"
+    return (f"this host ({host}) is not a login node of {site} ({rules}); `wml site detect` says {said}: "
+            f"log in to {site} and submit there (wml render --site {site} shows the script from here)")
+
+
 def count_gpus(env: Mapping[str, str] = os.environ) -> int:
     """NVIDIA GPUs usable here: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN devices."""
     vis = env.get("CUDA_VISIBLE_DEVICES")

@@ -52,7 +52,11 @@ def _finish(profile: SiteProfile) -> SiteProfile:
 def get_site(name: str, env: Mapping[str, str] = os.environ) -> SiteProfile:
     sites = known_sites(env)
     if name not in sites:
-        raise WmlError(f"unknown site {name!r}; known sites: {', '.join(sorted(sites))}")
+        import difflib
+
+        close = difflib.get_close_matches(name, sites, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise WmlError(f"unknown site {name!r}{hint}; known sites: {', '.join(sorted(sites))}")
     return _finish(sites[name].profile)
 
 
