@@ -32,7 +32,8 @@ EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_
           "DDL_OPTIONS, DDL_GPU_BINDING, DDL_LAYOUT_GPUS, CUDA_VISIBLE_DEVICES (per-rank binding) and, with "
           "--emulate-nodes, DDL_EMULATE_NODES.  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
           "WML_RANKS_PER_GPU (as --ranks-per-gpu), "
-          "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), WML_HOROVOD=1 "
+          "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), "
+          "WML_DDLRUN_HOSTFILE_BYTES (a longer host list goes to mpiexec in a host file, default 32768), WML_HOROVOD=1 "
           "(as --horovod).  "
           "Exit status: the first failing rank's.")
 

@@ -20,7 +20,7 @@ from ..layout import Layout, compile_layout
 from ..resources import ResourceRequest
 from ..site.schema import SiteProfile
 from .hosts import HostSet, discover_hosts, localhost, parse_host_option, read_hostfile
-from .rankfile import placement_file
+from .rankfile import host_file, hostfile_bytes, placement_file
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
@@ -83,6 +83,7 @@ class LaunchPlan:
     timeline: Optional[str]
     mpiargs: Tuple[str, ...]
     notes: Tuple[str, ...] = ()          # lines ddlrun says before launching (e.g. fitted)
+    hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -126,9 +127,11 @@ class LaunchPlan:
         env.update(self.exports)
         return env
 
-    def command(self, rankfile_path: Optional[str] = None, report: Optional[str] = None) -> List[str]:
+    def command(self, rankfile_path: Optional[str] = None, report: Optional[str] = None,
+                hostfile_path: Optional[str] = None) -> List[str]:
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
-                            env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path)
+                            env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path,
+                            hostfile=hostfile_path)
         argv = launch_command(self.layout, ctx, self.shim_argv(report))
         if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
             argv[0] = self.launcher_exe
@@ -313,6 +316,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         raise WmlError(f"the local site runs on this machine only, but {hosts.source} names "
                        f"{len(hosts.hosts)} hosts; use --emulate-nodes K to emulate nodes here, "
                        f"or a site profile (--site) for your cluster")
+    job_hosts = hosts
     nodes, rpn, hosts = _nodes_and_rpn(opts, hosts)
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
                           ranks_per_gpu=opts.ranks_per_gpu, cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
@@ -332,10 +336,12 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     if opts.timeline:
         check_output_file(opts.timeline, "--timeline")
     timeline = os.path.abspath(opts.timeline) if opts.timeline else None
+    whole_job = hosts.source == "PBS_NODEFILE" and len(hosts.hosts) == len(job_hosts.hosts)
+    hostfile = host_file(site.launcher, flavor or "mpich", layout, node_hosts, hostfile_bytes(env), whole_job)
     return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
                       mpi_flavor=flavor, launcher_exe=exe, exports=exports,
                       master_addr=node_hosts[0], master_port=master_port(env),
                       output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
-                      notes=(fitted,) if fitted else ())
+                      notes=(fitted,) if fitted else (), hostfile=hostfile)

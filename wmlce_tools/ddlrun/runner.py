@@ -40,6 +40,7 @@ GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
 KILL_AFTER_S = 10.0
 POLL_S = 0.2
 RELAY_DRAIN_S = 10.0
+HOSTFILE_NAME = "hostfile"
 LAUNCHER_KILLED = (128 + signal.SIGTERM, 128 + signal.SIGKILL)   # a rank's status when the launcher ended it
 
 
@@ -106,12 +107,21 @@ class StderrRelay(threading.Thread):
 
 
 def dry_run_text(plan: LaunchPlan) -> str:
-    placeholder = os.path.join(tempfile.gettempdir(), "ddlrun-<tmpdir>", _placement_name(plan))
-    argv = plan.command(rankfile_path=placeholder if plan.placement else None)
+    workdir = os.path.join(tempfile.gettempdir(), "ddlrun-<tmpdir>")
+    placeholder = os.path.join(workdir, _placement_name(plan))
+    hostfile = os.path.join(workdir, HOSTFILE_NAME)
+    argv = plan.command(rankfile_path=placeholder if plan.placement else None,
+                        hostfile_path=hostfile if plan.hostfile else None)
     lines = [sh_join(argv)]
     if plan.placement:
         lines.append(f"# {placeholder}:")
         lines += [f"#   {line}" for line in plan.placement.splitlines()]
+    if plan.hostfile:
+        # thousands of lines: say what it holds rather than print it
+        first, _, rest = plan.hostfile.partition("\n")
+        last = rest.rstrip("\n").rpartition("\n")[2] or first
+        lines.append(f"# {hostfile}: {plan.hostfile.count(chr(10))} hosts, one a line, in node order "
+                     f"({first!r} .. {last!r}), written at launch and removed when ddlrun exits")
     return "\n".join(lines) + "\n"
 
 
@@ -119,17 +129,23 @@ def _placement_name(plan: LaunchPlan) -> str:
     return "erf" if plan.site.launcher == "jsrun" else "rankfile"
 
 
+def _write(workdir: str, name: str, text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    path = os.path.join(workdir, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
     grace = fail_grace_s()
-    workdir = tempfile.mkdtemp(prefix="ddlrun-")
+    workdir = tempfile.mkdtemp(prefix="ddlrun-")   # private (0700), removed with what it holds when ddlrun ends
     try:
-        rankfile = None
-        if plan.placement:
-            rankfile = os.path.join(workdir, _placement_name(plan))
-            with open(rankfile, "w") as f:
-                f.write(plan.placement)
+        rankfile = _write(workdir, _placement_name(plan), plan.placement)
+        hostfile = _write(workdir, HOSTFILE_NAME, plan.hostfile)
         token = new_token()
-        argv = plan.command(rankfile_path=rankfile, report=token)
+        argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
         return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size)

@@ -20,6 +20,7 @@ class LaunchContext:
     env: Dict[str, str] = field(default_factory=dict)  # variables every rank must see (aprun -e)
     extra_args: Sequence[str] = ()                # --mpiarg from the user
     rankfile: Optional[str] = None                # Open MPI rankfile / jsrun ERF path, when written
+    hostfile: Optional[str] = None                # mpiexec host file path, passed instead of a host list
 
 
 LaunchFn = Callable[[Layout, LaunchContext, Sequence[str]], List[str]]

@@ -8,6 +8,11 @@ MPICH (Hydra) and Open MPI spell the same request differently:
 Variables every rank must see (``ctx.env``) go as ``-genv KEY VALUE`` (MPICH) or
 ``-x KEY=VALUE`` (Open MPI, which does not pass the environment to remote hosts by itself).
 Which one is installed is found by ``detect_flavor`` from ``mpiexec --version``.
+A long host list cannot be one argument (Linux refuses any single argument over 128 KiB,
+MAX_ARG_STRLEN: E2BIG), so with ``ctx.hostfile`` the hosts go in a file instead: MPICH Hydra's
+``-f FILE`` (lines ``host:N``; MPICH wiki "Using the Hydra Process Manager", Intel MPI's
+mpiexec.hydra reference) and Open MPI's ``--hostfile FILE`` (lines ``host slots=N``; mpirun(1),
+"Specifying Hosts").  ddlrun writes the file (``ddlrun.rankfile.mpiexec_hostfile``).
 """
 from __future__ import annotations
 
@@ -45,7 +50,9 @@ def command(layout, ctx, program):
             argv += ["--rankfile", ctx.rankfile]
         else:
             argv += ["--map-by", f"ppr:{layout.ranks_per_node}:node" if multi_host else "slot"]
-            if multi_host:
+            if multi_host and ctx.hostfile:
+                argv += ["--hostfile", ctx.hostfile]
+            elif multi_host:
                 argv += ["--host", ",".join(f"{h}:{layout.ranks_per_node}" for h in hosts)]
         if layout.oversubscribed:
             argv.append("--oversubscribe")
@@ -54,7 +61,8 @@ def command(layout, ctx, program):
             argv += ["-x", f"{key}={value}"]
     else:
         if multi_host:
-            argv += ["-ppn", str(layout.ranks_per_node), "-hosts", ",".join(hosts)]
+            argv += ["-ppn", str(layout.ranks_per_node)]
+            argv += ["-f", ctx.hostfile] if ctx.hostfile else ["-hosts", ",".join(hosts)]
         if not layout.oversubscribed and not layout.emulated:
             argv += ["-bind-to", "core"]
         for key, value in ctx.env.items():

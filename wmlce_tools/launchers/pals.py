@@ -9,7 +9,8 @@ Depth binding hands each rank consecutive Linux CPUs, which are whole cores' fir
 (Linux numbers a core's second thread core + cores-per-node), so a rank that uses several hw
 threads per core (``--threads-per-core 2``) gets the list form instead: its cores and their
 sibling threads.  PALS reads the nodes from the PBS job itself ($PBS_NODEFILE), so no host list
-is passed.
+is passed, unless the launch uses other nodes: then ``--hostfile FILE`` (one host a line; ALCF's
+examples of several launches in one job, which give each its own part of $PBS_NODEFILE).
 Flags as in ALCF's "Running Jobs on Polaris/Aurora" pages (mpiexec --help of PALS).
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ def command(layout, ctx, program):
     if bind == "depth" and layout.threads_per_core > 1:
         bind = "list"
     argv = ["mpiexec", "-n", str(layout.size), "--ppn", str(layout.ranks_per_node)]
+    if ctx.hostfile:
+        argv += ["--hostfile", ctx.hostfile]
     if bind == "depth":
         argv += [f"--depth={layout.cores_per_rank * layout.threads_per_core}", "--cpu-bind", "depth"]
     elif bind == "list":
