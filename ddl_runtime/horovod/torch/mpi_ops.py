@@ -62,12 +62,18 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 
 def _staging(tensors: Sequence[Any]):
-    """The host staging (ddl_runtime.gpu.host.Staging) CUDA tensors pass through; None for CPU tensors,
-    which the engine uses in place."""
-    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in tensors):
+    """The host staging (ddl_runtime.gpu.host.Staging: the rank's GPU's pinned pool and side stream)
+    CUDA tensors pass through; None for CPU tensors, which the engine uses in place, and for CUDA
+    tensors on another GPU than the rank's (copied through pageable memory, _host)."""
+    cuda = [t for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"]
+    if not cuda:
         return None
     from ddl_runtime import gpu, runtime
-    return gpu.host_staging(runtime.current())
+    from ddl_runtime.gpu.transport import state
+    rt = runtime.current()
+    if any(t.device.index != state(rt).index for t in cuda):
+        return None
+    return gpu.host_staging(rt)
 
 
 def _wire(t: torch.Tensor, device: str, prescale: float = 1.0) -> torch.Tensor:
