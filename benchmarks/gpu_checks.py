@@ -2,11 +2,17 @@
 
     python benchmarks/gpu_checks.py collectives   # every core collective on CUDA tensors, six dtypes
     python benchmarks/gpu_checks.py bound          # host-staged allreduce vs D2H + host allreduce + H2D
+    python benchmarks/gpu_checks.py hvd-bound      # hvd.allreduce of a CUDA tensor vs the same bound
     python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
     python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
     python benchmarks/gpu_checks.py nccl-code      # gpu/nccl.py and horovod's device route through real NCCL (1 rank)
 
 Rank 0 prints one `RESULT {json}` line: {"check", "transport", "failures", ...}; exit 1 on a failure.
+`--cpu` after the check runs hvd-bound on CPU tensors through horovod.torch's staged route (a
+smoke run of this script where there is no GPU; its ratios are no GPU figure and no limit applies):
+
+    mpiexec -n 2 -genv CUDA_VISIBLE_DEVICES 0 python3 benchmarks/gpu_checks.py hvd-bound
+    mpiexec -n 2 python3 benchmarks/gpu_checks.py hvd-bound --cpu
 """
 import json
 import statistics
@@ -165,14 +171,19 @@ def nccl_code(R, N, dev, failures):
         failures.append(f"horovod _allreduce_on_device in place: {res!r}")
 
 
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def _median_ms(fn, repeat):
     times = []
     for _ in range(repeat):
         ddl.barrier()
-        torch.cuda.synchronize()
+        _sync()
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        _sync()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
@@ -203,13 +214,55 @@ def bound(R, N, dev, failures, repeat=15):
     return rows
 
 
+def hvd_bound(R, N, dev, failures, repeat=15):
+    """hvd.allreduce (op=Sum, a new tensor) of 64 MB and 4 MB float32 on `dev` (with ranks sharing the
+    GPU: horovod.torch's host-staged route) against pinned D2H + the host allreduce of the same bytes
+    + H2D, each a median of `repeat` in this run.  Issue 30's limits: 1.3x at 64 MB, 1.5x at 4 MB."""
+    import ddl_runtime.horovod.torch as hvd
+    hvd.init()
+    cuda = dev.type == "cuda"
+    if not cuda:  # the smoke run: CPU tensors take the staged route, through plain memory
+        from ddl_runtime.gpu import host
+        from ddl_runtime.horovod.torch import mpi_ops
+        staging = host.Staging(host.PinnedPool(host.cpu_allocator), host.HostCopies())
+        mpi_ops._staging = lambda tensors: staging
+    rows = []
+    for mb in (64, 4):
+        n = mb * 1024 * 1024 // 4
+        x = torch.ones(n, device=dev)
+        pinned = torch.zeros(n, pin_memory=cuda)
+        out = hvd.allreduce(x, op=hvd.Sum, name=f"hvd.warm.{mb}")
+        if out.device != dev or out.dtype != torch.float32 or not bool((out == N).all()):
+            failures.append(f"{mb} MB: hvd.allreduce gave {out.flatten()[:4].tolist()} on {out.device}, "
+                            f"want {N}.0 on {dev}")
+        ddl.allreduce(pinned, name=f"hvd.warm.host.{mb}")
+        hvd_ms = _median_ms(lambda: hvd.allreduce(x, op=hvd.Sum, name=f"hvd.x.{mb}"), repeat)
+        d2h = _median_ms(lambda: pinned.copy_(x, non_blocking=True), repeat)
+        host_ms = _median_ms(lambda: ddl.allreduce(pinned, name=f"hvd.h.{mb}"), repeat)
+        h2d = _median_ms(lambda: x.copy_(pinned, non_blocking=True), repeat)
+        parts = d2h + host_ms + h2d
+        limit = 1.3 if mb == 64 else 1.5
+        ratio = hvd_ms / parts if parts > 0 else float("inf")
+        rows.append({"MB": mb, "hvd_allreduce_ms": round(hvd_ms, 3), "d2h_ms": round(d2h, 3),
+                     "host_allreduce_ms": round(host_ms, 3), "h2d_ms": round(h2d, 3), "ratio": round(ratio, 3),
+                     "limit": limit if cuda else None})
+        if cuda and ratio > limit:
+            failures.append(f"{mb} MB: hvd.allreduce {hvd_ms:.2f} ms is {ratio:.2f}x of D2H+host+H2D "
+                            f"{parts:.2f} ms (limit {limit}x)")
+    return rows
+
+
 def main():
     check = sys.argv[1]
+    on_cpu = "--cpu" in sys.argv[2:]
     ddl.init()
     rt = _rt.current()
     R, N = ddl.rank(), ddl.size()
-    dev = torch.device("cuda", ddl.local_gpuid() or 0)
-    torch.cuda.set_device(dev)
+    if on_cpu:
+        dev = torch.device("cpu")
+    else:
+        dev = torch.device("cuda", ddl.local_gpuid() or 0)
+        torch.cuda.set_device(dev)
     failures, extra = [], {}
     if check == "collectives":
         collectives(R, N, dev, failures)
@@ -219,6 +272,9 @@ def main():
         optimizer(R, N, dev, failures)
     elif check == "bound":
         extra["rows"] = bound(R, N, dev, failures)
+    elif check == "hvd-bound":
+        extra["rows"] = hvd_bound(R, N, dev, failures)
+        extra["ratios"] = {f"{row['MB']}MB": row["ratio"] for row in extra["rows"]}
     elif check == "forced-nccl":
         try:
             ddl.allreduce(torch.ones(4, device=dev), name="w")
@@ -230,7 +286,8 @@ def main():
     transport = rt.gpu.transport if rt.gpu is not None else None
     report = rt.control.gather({"rank": R, "failures": failures, **extra}, root=0)
     if R == 0:
-        print("RESULT " + json.dumps({"check": check, "size": N, "device": torch.cuda.get_device_name(dev),
+        print("RESULT " + json.dumps({"check": check, "size": N,
+                                      "device": "cpu" if on_cpu else torch.cuda.get_device_name(dev),
                                       "torch": torch.__version__,
                                       "transport": None if transport is None else [transport.name, transport.reason],
                                       "ranks": report}), flush=True)

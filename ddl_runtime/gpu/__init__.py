@@ -30,7 +30,9 @@ def shutdown() -> None:
     nccl.shutdown()
 
 
-def _staging(rt) -> Staging:
+def host_staging(rt) -> Staging:
+    """The host staging of this rank's GPU (pinned pool, side stream), made once; horovod.torch
+    stages CUDA tensors through it too."""
     gpu = state(rt)
     if gpu.staging is None:
         gpu.staging = Staging.for_device(gpu.index)
@@ -47,7 +49,7 @@ def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, r
         elif agree(rt).name == "nccl":
             return nccl.allreduce_start(nccl.process_group(rt), targets, op, rt.size, results)
         else:
-            _staging(rt).allreduce(targets, reduce_host)
+            host_staging(rt).allreduce(targets, reduce_host)
     return nccl.Pending([], lambda: None, results)
 
 
@@ -59,7 +61,7 @@ def bcast(rt, refs: Sequence[TensorRef], root: int, bcast_host: Callable[[list],
     elif agree(rt).name == "nccl":
         nccl.broadcast(nccl.process_group(rt), [r.obj for r in refs], root)
     else:
-        _staging(rt).bcast([r.obj for r in refs], rt.rank == root, bcast_host)
+        host_staging(rt).bcast([r.obj for r in refs], rt.rank == root, bcast_host)
 
 
 def allgather(rt, ref: TensorRef, gather_host: Callable):
@@ -69,7 +71,7 @@ def allgather(rt, ref: TensorRef, gather_host: Callable):
         return (tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()).clone()
     if agree(rt).name == "nccl":
         return nccl.allgather(nccl.process_group(rt), tensor, rt.size)
-    return _staging(rt).allgather(tensor, gather_host)
+    return host_staging(rt).allgather(tensor, gather_host)
 
 
 def _retarget(ref: TensorRef, tensor) -> TensorRef:

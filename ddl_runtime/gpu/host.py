@@ -11,7 +11,10 @@ caller's stream, and the host thread does not wait for them.
 
 Pool reuse is safe because every copy of a pooled buffer runs on the one side stream: a
 buffer handed back while its host-to-device copy is still queued is next written by a
-device-to-host copy queued after it, and host code writes it only after that copy finished.
+device-to-host copy queued after it, and host code writes it only after that copy finished;
+a buffer the host writes first (`Staging.lease`: a broadcast's receivers, an output) is taken
+once the side stream drained.  An asynchronous operation (horovod.torch's handles) holds its
+buffers (a `Lease`) until its result was copied back: operations in flight at once never share one.
 
 `HostCopies` stands in for the streams where tensors are CPU tensors, so the pool and the
 order of copies and reductions run in CI; only the CUDA streams and events need a GPU.
@@ -20,9 +23,19 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
 KEEP_SHAPES = 16  # (dtype, length) entries the pool keeps; the least recently used go first
+
+
+@dataclass
+class Lease:
+    """Pooled host buffers taken for one operation, and the views (shaped as its tensors) into them.
+    An asynchronous operation holds its lease until its result was copied back (`Staging.give_back`)."""
+
+    buffers: list
+    views: list
 
 
 class PinnedPool:
@@ -90,17 +103,27 @@ class CudaCopies:
     def to_device(self, srcs: Sequence, dsts: Sequence) -> None:
         torch = self.torch
         caller = torch.cuda.current_stream(self.device)
+        free = torch.cuda.Event()
+        free.record(caller)
         copied = torch.cuda.Event()
         with torch.cuda.stream(self.side):
+            self.side.wait_event(free)  # the caller's earlier work on dsts (or on their memory) ran first
             for src, dst in zip(srcs, dsts):
                 dst.detach().view(-1).copy_(src, non_blocking=True)
                 dst.record_stream(self.side)
             copied.record(self.side)
         caller.wait_event(copied)  # the caller's later work sees the results
 
+    def drain(self) -> None:
+        """Wait for the copies queued on the side stream (before the host writes a pooled buffer)."""
+        self.side.synchronize()
+
 
 class HostCopies:
     """The same copies for CPU tensors, done at once (CI runs the staging logic with these)."""
+
+    def drain(self) -> None:
+        pass
 
     def to_host(self, srcs: Sequence, dsts: Sequence) -> None:
         for src, dst in zip(srcs, dsts):
@@ -121,54 +144,82 @@ class Staging:
     def for_device(cls, index: int) -> "Staging":
         return cls(PinnedPool(pinned_allocator), CudaCopies(index))
 
-    def _stage(self, tensors: Sequence) -> Tuple[list, list]:
-        """Pooled host buffers (one per dtype) holding `tensors`; returns (buffers, per-tensor views)."""
+    def lease(self, specs: Sequence[Tuple[tuple, object]]) -> Lease:
+        """Pooled host buffers (one per dtype) for tensors of these (shape, dtype), for the host to write
+        (a broadcast's receivers, an output); they stay out of the pool until `give_back(lease)`.  The
+        side stream's queued copies finish first: one may still read a buffer given back."""
+        self.copies.drain()
+        return self._take(specs)
+
+    def _take(self, specs: Sequence[Tuple[tuple, object]]) -> Lease:
         totals: "OrderedDict" = OrderedDict()
-        for t in tensors:
-            totals[t.dtype] = totals.get(t.dtype, 0) + t.numel()
+        for shape, dtype in specs:
+            totals[dtype] = totals.get(dtype, 0) + _numel(shape)
         buffers = {dtype: self.pool.take(n, dtype) for dtype, n in totals.items()}
         offsets = dict.fromkeys(totals, 0)
         views = []
-        for t in tensors:
-            start = offsets[t.dtype]
-            views.append(buffers[t.dtype][start:start + t.numel()])
-            offsets[t.dtype] = start + t.numel()
-        return list(buffers.values()), views
+        for shape, dtype in specs:
+            start, n = offsets[dtype], _numel(shape)
+            views.append(buffers[dtype][start:start + n].view(shape))
+            offsets[dtype] = start + n
+        return Lease(list(buffers.values()), views)
+
+    def give_back(self, lease: Lease) -> None:
+        """Return a lease's buffers to the pool: only once nothing reads or writes them any more, except
+        host-to-device copies already queued (see the module's note on the side stream)."""
+        for buf in lease.buffers:
+            self.pool.give(buf)
+        lease.buffers = []
+
+    def copy_out(self, tensors: Sequence) -> Lease:
+        """`tensors` copied device-to-host into a new lease (the host may read it on return)."""
+        lease = self._take([(tuple(t.shape), t.dtype) for t in tensors])
+        try:
+            self.copies.to_host(tensors, [v.view(-1) for v in lease.views])
+        except BaseException:
+            self.give_back(lease)
+            raise
+        return lease
+
+    def copy_in(self, hosts: Sequence, dsts: Sequence) -> None:
+        """Host tensors (a lease's views, or other host memory) into the device tensors `dsts`, ordered
+        before the caller's later work."""
+        self.copies.to_device([h.reshape(-1) for h in hosts], dsts)
 
     def allreduce(self, tensors: Sequence, reduce_host: Callable[[list], None]) -> None:
         """Reduce `tensors` in place: D2H into pooled buffers, `reduce_host(host views shaped as
         the tensors)`, H2D back."""
-        buffers, views = self._stage(tensors)
+        lease = self.copy_out(tensors)
         try:
-            self.copies.to_host(tensors, views)
-            reduce_host([v.view(t.shape) for v, t in zip(views, tensors)])
-            self.copies.to_device(views, tensors)
+            reduce_host(lease.views)
+            self.copy_in(lease.views, tensors)
         finally:
-            for buf in buffers:
-                self.pool.give(buf)
+            self.give_back(lease)
 
     def bcast(self, tensors: Sequence, is_root: bool, bcast_host: Callable[[list], None]) -> None:
-        buffers, views = self._stage(tensors)
+        lease = self.copy_out(tensors) if is_root else self.lease([(tuple(t.shape), t.dtype) for t in tensors])
         try:
-            if is_root:
-                self.copies.to_host(tensors, views)
-            bcast_host([v.view(t.shape) for v, t in zip(views, tensors)])
+            bcast_host(lease.views)
             if not is_root:
-                self.copies.to_device(views, tensors)
+                self.copy_in(lease.views, tensors)
         finally:
-            for buf in buffers:
-                self.pool.give(buf)
+            self.give_back(lease)
 
     def allgather(self, tensor, gather_host: Callable):
         """`gather_host(host copy)` returns the gathered CPU tensor; the result goes to a new tensor on
         the input's device."""
-        buffers, (view,) = self._stage([tensor])
+        lease = self.copy_out([tensor])
         try:
-            self.copies.to_host([tensor], [view])
-            gathered = gather_host(view.view(tensor.shape))
+            gathered = gather_host(lease.views[0])
         finally:
-            for buf in buffers:
-                self.pool.give(buf)
+            self.give_back(lease)
         out = tensor.new_empty(tuple(gathered.shape))
-        self.copies.to_device([gathered.reshape(-1)], [out])
+        self.copy_in([gathered], [out])
         return out
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

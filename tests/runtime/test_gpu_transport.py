@@ -120,3 +120,11 @@ def test_horovod_negotiated_allreduce_reduces_tensors_where_they_lie_through_the
     negotiated order first (ranks submit in opposite orders), then each fused group reduced on
     the tensors' device, no host copy; in place, pre/postscale, a joined rank's zeros."""
     run_mpi(2, "gpu_negotiated_job.py", timeout=180).summary(2)
+
+
+def test_horovod_torch_stages_through_the_pinned_pool_with_async_handles_holding_their_buffers(run_mpi):
+    """horovod.torch's route for CUDA tensors on the host transport (the runtime's host staging),
+    run on CPU tensors with 2 real ranks: every collective right, async handles in flight at once
+    each on their own buffers, and a second round of the same calls reuses the pool's buffers."""
+    ranks = run_mpi(2, "hvd_staged_job.py", timeout=180).summary(2)
+    assert all(rank["allocations"] > 0 for rank in ranks)

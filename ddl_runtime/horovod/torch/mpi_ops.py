@@ -6,7 +6,11 @@ Every op has Horovod's signature and semantics: `allreduce` / `allreduce_` /
 the non-inplace ops carry gradients (autograd Functions below, with Horovod's backward
 rules).  Ranks match operations by name, so they may submit in different orders; unnamed
 operations are numbered per process set and kind.  CPU tensors are used in place through
-numpy views; CUDA tensors are staged through host memory; bfloat16 is reduced in float32.
+numpy views; CUDA tensors that are not reduced on the device (the host transport, ranks sharing a
+GPU, and every collective but the NCCL route's allreduce) pass through the runtime's host staging
+(ddl_runtime.gpu.host: pinned buffers reused across calls, copies on a side stream ordered by CUDA
+events against the caller's stream); an asynchronous handle holds its pinned buffers until its
+result was copied back.  bfloat16 is reduced in float32.
 
 Devices as in Horovod's GPU build: a request's device ("cpu", "cuda") is negotiated like its dtype
 (ranks that disagree all fail), a group that mixes devices is refused at once, and a CUDA tensor's
@@ -57,6 +61,42 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def _staging(tensors: Sequence[Any]):
+    """The host staging (ddl_runtime.gpu.host.Staging: the rank's GPU's pinned pool and side stream)
+    CUDA tensors pass through; None for CPU tensors, which the engine uses in place, and for CUDA
+    tensors on another GPU than the rank's (copied through pageable memory, _host)."""
+    cuda = [t for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"]
+    if not cuda:
+        return None
+    from ddl_runtime import gpu, runtime
+    from ddl_runtime.gpu.transport import state
+    rt = runtime.current()
+    if any(t.device.index != state(rt).index for t in cuda):
+        return None
+    return gpu.host_staging(rt)
+
+
+def _wire(t: torch.Tensor, device: str, prescale: float = 1.0) -> torch.Tensor:
+    """What a reduction sends for `t`: prescaled on its device in its dtype off the CPU (the engine
+    scales host tensors), bfloat16 widened to float32 there."""
+    w = t.detach() if device == "cpu" else _scaled(t.detach(), prescale)
+    return w.float() if w.dtype == torch.bfloat16 else w
+
+
+def _copied_back(staging, hosts: Sequence[torch.Tensor], devices: Sequence[torch.device],
+                 into: Optional[Sequence[Optional[torch.Tensor]]] = None) -> List[torch.Tensor]:
+    """Host tensors copied onto the devices, in order on the caller's stream: into `into[i]` where it
+    is a contiguous tensor of the host tensor's dtype and shape, else into a new tensor."""
+    dsts = []
+    for i, (h, dev) in enumerate(zip(hosts, devices)):
+        target = into[i] if into is not None else None
+        usable = target is not None and target.device == dev and target.dtype == h.dtype \
+            and target.is_contiguous() and tuple(target.shape) == tuple(h.shape)
+        dsts.append(target.detach() if usable else torch.empty(h.shape, dtype=h.dtype, device=dev))
+    staging.copy_in(hosts, dsts)
+    return dsts
+
+
 def _device_of(tensors: Sequence[Any], what: str) -> str:
     """The device type all of one request's tensors live on; a group that mixes devices is refused
     here, before any communication (Horovod raises at enqueue)."""
@@ -91,15 +131,18 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
     device = _device_of(tensors, what)
     if device == "cuda" and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
         return _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group)
-    inputs, outs, copy_back = [], [], []
-    for i, t in enumerate(tensors):
+    for t in tensors:
         _check_tensor(t, what, reduce=True)
         if op_name == "adasum" and t.dtype not in _ADASUM:
             raise DDLInputError(f"{what}: op=Adasum supports float16, float32 and float64 tensors, not {t.dtype}")
+    staging = _staging(tensors)
+    if staging is not None:
+        return _allreduce_staged(staging, tensors, outputs, name, op_name, prescale, postscale, process_set, what,
+                                 group, device)
+    inputs, outs, copy_back = [], [], []
+    for i, t in enumerate(tensors):
         target = outputs[i] if outputs is not None else None
-        h = _host(t if device == "cpu" else _scaled(t.detach(), prescale))
-        if h.dtype == torch.bfloat16:
-            h = h.float()
+        h = _host(_wire(t, device, prescale))
         src = _np(h)
         if target is None:
             out = None  # the engine picks the memory: a pooled buffer or a shared result region, reused
@@ -127,6 +170,39 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
             else:  # the engine's memory, reused once this tensor (and every view of it) is gone
                 res = torch.from_numpy(h.request.outputs[i]).to(device=orig.device, dtype=orig.dtype)
                 results.append(_scaled(res, post))
+        return results
+    return handle, finish
+
+
+def _allreduce_staged(staging, tensors, outputs, name, op_name, prescale, postscale, process_set, what, group,
+                      device):
+    """_allreduce_start through the host staging: the wire tensors (_wire) copied into pooled pinned
+    buffers, reduced there in place by the engine, copied back onto each input's device when the
+    request finished (in place into an output that takes it as it is), postscaled on the device;
+    the buffers go back to the pool only then."""
+    lease = staging.copy_out([_wire(t, device, prescale) for t in tensors])
+    try:
+        handle = _submit("allreduce", name, (op_name, prescale, postscale), [_np(v) for v in lease.views],
+                         [_np(v) for v in lease.views], process_set, what, group=group, device=device)
+    except BaseException:
+        staging.give_back(lease)
+        raise
+    post = _device_postscale(op_name, postscale, process_set, device, what)
+
+    def finish(_h: Handle) -> List[torch.Tensor]:
+        direct = outputs if post == 1.0 else None
+        try:
+            reduced = _copied_back(staging, lease.views, [t.device for t in tensors], direct)
+        finally:
+            staging.give_back(lease)
+        results = []
+        for i, (res, t) in enumerate(zip(reduced, tensors)):
+            target = outputs[i] if outputs is not None else None
+            res = _scaled(res.to(t.dtype), post)
+            if target is not None and res.data_ptr() != target.data_ptr():
+                with torch.no_grad():
+                    target.copy_(res)
+            results.append(res if target is None else target)
         return results
     return handle, finish
 
@@ -369,26 +445,37 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set) -> 
 # -- allgather ------------------------------------------------------------------------------------
 def _allgather_start(tensors, name, process_set, what: str, group: bool):
     device = _device_of(tensors, what)
-    inputs, metas = [], []
     for t in tensors:
         _check_tensor(t, what, reduce=False)
-        h = _host(t)
-        if h.dim() == 0:
-            h = h.reshape(1)
-        inputs.append(_np(h))
-        metas.append(t)
+    staging = _staging(tensors)
+    lease = None
+    if staging is not None:
+        lease = staging.copy_out([t.detach().reshape(1) if t.dim() == 0 else t.detach() for t in tensors])
+        hosts = lease.views
+    else:
+        hosts = [_host(t).reshape(1) if t.dim() == 0 else _host(t) for t in tensors]
+    metas = list(tensors)
     # Output shapes depend on the other ranks' first dims: allocate when the request runs.
-    outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
-    handle = _submit("allgather", name, (), inputs, outputs, process_set, what, group=group, device=device)
+    outputs: List[Optional[np.ndarray]] = [None] * len(hosts)
+    try:
+        handle = _submit("allgather", name, (), [_np(h) for h in hosts], outputs, process_set, what, group=group,
+                         device=device)
+    except BaseException:
+        if lease is not None:
+            staging.give_back(lease)
+        raise
 
     def finish(h: Handle) -> List[torch.Tensor]:
-        results = []
+        gathered = []
         for out, orig in zip(h.request.outputs, metas):
             res = torch.from_numpy(out)
-            if orig.dtype == torch.bfloat16:
-                res = res.view(torch.bfloat16)
-            results.append(res.to(orig.device))
-        return results
+            gathered.append(res.view(torch.bfloat16) if orig.dtype == torch.bfloat16 else res)
+        if lease is None:
+            return [g.to(orig.device) for g, orig in zip(gathered, metas)]
+        try:
+            return _copied_back(staging, gathered, [orig.device for orig in metas])
+        finally:
+            staging.give_back(lease)
     return handle, finish
 
 
@@ -450,6 +537,9 @@ def _check_root(root_rank, process_set, what: str) -> int:
 def _broadcast_start(tensor, root_rank, name, process_set, inplace: bool, what: str):
     _check_tensor(tensor, what, reduce=False)
     root = _check_root(root_rank, process_set, what)
+    staging = _staging([tensor])
+    if staging is not None:
+        return _broadcast_staged(staging, tensor, root, name, process_set, inplace, what)
     if inplace and tensor.device.type == "cpu" and tensor.is_contiguous():
         out = tensor.detach()  # received in place
     else:
@@ -464,6 +554,35 @@ def _broadcast_start(tensor, root_rank, name, process_set, inplace: bool, what: 
                     tensor.copy_(out)
             return tensor
         return out.to(tensor.device)
+    return handle, finish
+
+
+def _broadcast_staged(staging, tensor, root: int, name, process_set, inplace: bool, what: str):
+    """_broadcast_start through the host staging: the root copies its tensor into a pooled pinned
+    buffer, the others receive into one; the buffer is copied onto the device (into `tensor` when in
+    place) and goes back to the pool when the request finished."""
+    if rank() == root:
+        lease = staging.copy_out([tensor])
+    else:
+        lease = staging.lease([(tuple(tensor.shape), tensor.dtype)])
+    arr = _np(lease.views[0])
+    try:
+        handle = _submit("broadcast", name, (root,), [arr], [arr], process_set, what, device=tensor.device.type)
+    except BaseException:
+        staging.give_back(lease)
+        raise
+
+    def finish(_h: Handle) -> torch.Tensor:
+        try:
+            (out,) = _copied_back(staging, lease.views, [tensor.device], [tensor] if inplace else None)
+        finally:
+            staging.give_back(lease)
+        if not inplace:
+            return out
+        if out.data_ptr() != tensor.data_ptr():
+            with torch.no_grad():
+                tensor.copy_(out)
+        return tensor
     return handle, finish
 
 
@@ -510,10 +629,9 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 def _alltoall_start(tensor, splits, name, process_set, what: str):
     ctl = controller_for(process_set, what)
     _check_tensor(tensor, what, reduce=False)
-    h = _host(tensor)
-    if h.dim() == 0:
+    if tensor.dim() == 0:
         raise DDLInputError(f"{what}: alltoall needs a tensor with at least one dimension")
-    first = h.shape[0]
+    first = tensor.shape[0]
     if splits is None:
         send = None
     else:
@@ -526,18 +644,30 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
         else:
             raise DDLInputError(f"{what}: splits must be a list of ints or an int32 tensor")
     send = alltoall_send_rows(first, send, ctl.size, what)
-    arr = _np(h)
-    handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send),
-                     device=tensor.device.type)
+    staging = _staging([tensor])
+    lease = staging.copy_out([tensor]) if staging is not None else None
+    arr = _np(lease.views[0] if lease is not None else _host(tensor))
+    try:
+        handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send),
+                         device=tensor.device.type)
+    except BaseException:
+        if lease is not None:
+            staging.give_back(lease)
+        raise
 
     def finish(hd: Handle):
         out = torch.from_numpy(hd.request.outputs[0])
         if tensor.dtype == torch.bfloat16:
             out = out.view(torch.bfloat16)
         received = torch.tensor(hd.result, dtype=torch.int32)
-        dev = tensor.device
         rdev = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
-        return out.to(dev), received.to(rdev)
+        if lease is None:
+            return out.to(tensor.device), received.to(rdev)
+        try:
+            (moved,) = _copied_back(staging, [out], [tensor.device])
+        finally:
+            staging.give_back(lease)
+        return moved, received.to(rdev)
     return handle, finish
 
 
@@ -582,14 +712,17 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
     ctl = controller_for(process_set, what)
     from ddl_runtime.kernels import scatter_rows
     device = _device_of(tensors, what)
-    inputs, outs, metas = [], [], []
     for t in tensors:
         _check_tensor(t, what, reduce=True)
         if t.dim() == 0:
             raise DDLInputError(f"{what}: reducescatter needs a tensor with at least one dimension, got a scalar")
-        h = _host(t if device == "cpu" else _scaled(t.detach(), pre))
-        if h.dtype == torch.bfloat16:
-            h = h.float()
+    staging = _staging(tensors)
+    if staging is not None:
+        return _reducescatter_staged(staging, tensors, name, op_name, pre, post, process_set, what, group, device,
+                                     ctl)
+    inputs, outs, metas = [], [], []
+    for t in tensors:
+        h = _host(_wire(t, device, pre))
         rows = scatter_rows(h.shape[0], ctl.size)[ctl.rank]
         out = torch.empty((rows,) + tuple(h.shape[1:]), dtype=h.dtype)
         inputs.append(_np(h))
@@ -601,6 +734,38 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
 
     def finish(_h: Handle) -> List[torch.Tensor]:
         return [_scaled(out.to(device=t.device, dtype=t.dtype), scale) for out, t in metas]
+    return handle, finish, op_name
+
+
+def _reducescatter_staged(staging, tensors, name, op_name, pre, post, process_set, what, group, device, ctl):
+    """_reducescatter_start through the host staging: the wire tensors (_wire) in pooled pinned
+    buffers, this rank's rows received into pooled ones, copied onto the device and postscaled there
+    when the request finished; both leases go back to the pool then."""
+    from ddl_runtime.kernels import scatter_rows
+    wires = [_wire(t, device, pre) for t in tensors]
+    sent = staging.copy_out(wires)
+    try:
+        got = staging.lease([((scatter_rows(w.shape[0], ctl.size)[ctl.rank],) + tuple(w.shape[1:]), w.dtype)
+                             for w in wires])
+    except BaseException:
+        staging.give_back(sent)
+        raise
+    try:
+        handle = _submit("reducescatter", name, (op_name, pre, post), [_np(v) for v in sent.views],
+                         [_np(v) for v in got.views], process_set, what, group=group, device=device)
+    except BaseException:
+        staging.give_back(sent)
+        staging.give_back(got)
+        raise
+    scale = _device_postscale(op_name, post, process_set, device, what)
+
+    def finish(_h: Handle) -> List[torch.Tensor]:
+        try:
+            outs = _copied_back(staging, got.views, [t.device for t in tensors])
+        finally:
+            staging.give_back(sent)
+            staging.give_back(got)
+        return [_scaled(out.to(t.dtype), scale) for out, t in zip(outs, tensors)]
     return handle, finish, op_name
 
 
