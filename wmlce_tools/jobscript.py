@@ -31,6 +31,7 @@ from .walltime import hhmm, hhmmss
 
 if TYPE_CHECKING:
     from .chain.spec import Segment
+    from .stage.script import StagePlan
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
 JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
@@ -56,6 +57,22 @@ class JobPlan:
     env_lines: Tuple[str, ...]        # conda env activation
     exports: Tuple[Tuple[str, str], ...]
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
+    stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
+
+    @property
+    def env_script_lines(self) -> Tuple[str, ...]:
+        """The env's lines in the job script: staging first when the job stages it."""
+        if self.stage is None:
+            return self.env_lines
+        from .env.activation import activation_lines
+
+        seg = self.segment
+        stage = replace(self.stage, keep=True) if seg is not None and seg.index < seg.chain.length else self.stage
+        return (*stage.lines(JOB_ID_VARS[self.site.scheduler]),
+                *activation_lines(self.stage.prefix, prefix_shell='"$wml_env_prefix"'))
+
+    def _stage_word(self, field: str) -> Optional[str]:
+        return getattr(self.site.stage_env, field) if self.stage is not None else None
 
     @property
     def alloc_flags(self) -> Optional[str]:
@@ -64,13 +81,23 @@ class JobPlan:
         words = (self.site.alloc_flags or "").split()
         words = [f"smt{self.layout.threads_per_core}" if re.fullmatch(r"(?i)smt\d+", w) else w for w in words]
         words += [w for w in self.request.alloc_flags if w not in words]
+        need = self._stage_word("alloc_flags")      # the node-local storage staging uses (NVME)
+        words += [w for w in (need or "").split() if w not in words]
         return " ".join(words) or None
 
     @property
     def attrs(self) -> Optional[str]:
         """Cobalt ``--attrs``: the queue's (its nodes' memory mode), else the site's."""
         q = self.site.queues.get(self.queue) if self.queue else None
-        return (q.attrs if q is not None and q.attrs else None) or self.site.attrs
+        attrs = (q.attrs if q is not None and q.attrs else None) or self.site.attrs
+        need = self._stage_word("attrs")      # the node-local SSD staging uses
+        return ":".join(a for a in (attrs, need) if a) or None
+
+    @property
+    def constraint(self) -> Optional[str]:
+        """Slurm ``--constraint``: the site's, and the node-local storage staging uses (nvme)."""
+        need = self._stage_word("constraint")
+        return "&".join(c for c in (self.site.slurm.constraint, need) if c) or None
 
     @property
     def ddlrun_argv(self) -> List[str]:
@@ -140,12 +167,13 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
     return (prog, *args)
 
 
-def _env_activation(conda_env: Optional[str]) -> Tuple[str, ...]:
+def _env_activation(conda_env: Optional[str]) -> Tuple[Tuple[str, ...], Optional[Path]]:
     if not conda_env:
-        return ()
+        return (), None
     from .env.activation import activation_lines, resolve_env
 
-    return tuple(activation_lines(resolve_env(conda_env)))
+    prefix = resolve_env(conda_env)
+    return tuple(activation_lines(prefix)), prefix
 
 
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
@@ -180,7 +208,10 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if site.project_required and not req.project:
         raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
                        "(the scheduler rejects a job without one)")
-    env_lines = _env_activation(req.conda_env)
+    env_lines, env_prefix = _env_activation(req.conda_env)
+    from .stage.script import plan_staging
+
+    stage = plan_staging(site, req, env_prefix, layout.nodes)
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
@@ -190,7 +221,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
                    queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
                    output=output, error=error, modules=modules, env_lines=env_lines,
-                   exports=tuple(exports.items()))
+                   exports=tuple(exports.items()), stage=stage)
 
 
 @lru_cache(maxsize=1)
@@ -253,7 +284,8 @@ def render_script(plan: JobPlan) -> str:
                        if site.scheduler == "cobalt" and not plan.request.output else None),
         rack_contiguous=plan.request.rack_contiguous, racks=lay.racks if site.nodes_per_rack else 1,
         slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
-        modules=plan.modules, env_lines=plan.env_lines,
+        modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
+        constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(site, lay.nodes, wall),

@@ -22,11 +22,13 @@ def resolve_env(name_or_path: str | os.PathLike[str]) -> Path:
     return _resolve_env(name_or_path)
 
 
-def activation_lines(prefix: str | os.PathLike[str]) -> list[str]:
+def activation_lines(prefix: str | os.PathLike[str], prefix_shell: str | None = None) -> list[str]:
+    """``prefix_shell``: a shell expression CONDA_PREFIX takes instead of ``prefix`` (a staged
+    copy's prefix, known only in the job: ``"$wml_env_prefix"``)."""
     prefix = Path(prefix).absolute()
     q = shlex.quote
     return [
-        f"export CONDA_PREFIX={q(str(prefix))}",
+        f"export CONDA_PREFIX={prefix_shell or q(str(prefix))}",
         f"export CONDA_DEFAULT_ENV={q(env_name(prefix))}",
         "export CONDA_SHLVL=1",
         'export PATH="$CONDA_PREFIX/bin${PATH:+:$PATH}"',

@@ -1,0 +1,68 @@
+"""The node-local place an environment is staged to, and the name of this node.
+
+Only the standard library: the per-rank shim (``ddlrun.rankexec``) imports this.
+
+A place is a path with ``$VARIABLES`` (``/mnt/bb/$USER``) expanded on each node, and an
+optional ``{node}`` replaced by the node's name: on a real machine the place is the same path
+on every node; on emulated nodes that share one host (the local site, ``scripts/local-slurm``)
+``{node}`` gives each its own directory.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+NODE_TOKEN = "{node}"
+#: set by the job script after staging, when the staged prefix differs from node to node
+NODE_PREFIX_VAR = "WML_STAGE_NODE_PREFIX"
+_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def node_name(node_index: int | None = None, environ: dict | None = None) -> str:
+    """What ``{node}`` stands for: Slurm's name for this node, else ``node<i>`` with i the
+    node's index in the job (ddlrun's ``GROUP_RANK``; 0 in the job script, which runs on the
+    job's first node)."""
+    env = os.environ if environ is None else environ
+    if env.get("SLURMD_NODENAME"):
+        return env["SLURMD_NODENAME"]
+    index = node_index if node_index is not None else env.get("GROUP_RANK", "0")
+    return f"node{index}"
+
+
+def node_label(environ: dict | None = None) -> str:
+    """This node in a message: Slurm's name, ddlrun's emulated ``node<i>``, else the host name."""
+    env = os.environ if environ is None else environ
+    if env.get("SLURMD_NODENAME"):
+        return env["SLURMD_NODENAME"]
+    if env.get("DDL_EMULATE_NODES"):
+        return node_name(environ=env)
+    return socket.gethostname().split(".")[0]
+
+
+def expand(template: str, node: str, environ: dict | None = None) -> str:
+    """The place (or a path under it) on the node called ``node``: ``{node}`` and the
+    ``$VARIABLES`` of that node's environment (one left unset stays as written)."""
+    env = os.environ if environ is None else environ
+
+    def var(m: re.Match) -> str:
+        return env.get(m.group(1).strip("{}"), m.group(0))
+
+    return _VAR.sub(var, template.replace(NODE_TOKEN, node))
+
+
+def rank_environment(env: dict, node_index: int) -> None:
+    """A rank on an emulated node runs from its own node's copy: replace the batch node's
+    staged prefix (``CONDA_PREFIX``) by this node's in CONDA_PREFIX, PATH and LD_LIBRARY_PATH."""
+    template = env.get(NODE_PREFIX_VAR)
+    current = env.get("CONDA_PREFIX")
+    if not template or not current:
+        return
+    mine = expand(template, node_name(node_index, env), env)
+    if mine == current:
+        return
+    env["CONDA_PREFIX"] = mine
+    for var in ("PATH", "LD_LIBRARY_PATH"):
+        if env.get(var):
+            env[var] = os.pathsep.join(mine + p[len(current):] if p == current or p.startswith(current + "/") else p
+                                       for p in env[var].split(os.pathsep))
