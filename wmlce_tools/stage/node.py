@@ -200,6 +200,8 @@ def release(np: NodePlace, m: Manifest, job: str, keep: bool) -> None:
     if not np.place.is_dir():
         return
     with file_lock(np.place / f".wml-env-{m.name}.lock", f"node {np.node}: cleaning up {m.name}"):
+        for copy in np.place.glob(f".wml-sbcast-{job}-*"):     # the archive sbcast put here
+            copy.unlink()
         with contextlib.suppress(FileNotFoundError):
             (target / USERS / job).unlink()
         if not keep and target.is_dir() and not _users(target):
