@@ -1,0 +1,98 @@
+"""``wml submit --nodes 2 --env E --stage-env`` on the local site (2 emulated nodes, each with its
+own node-local directory): the ranks run from their node's copy, and ``strace -f -e
+trace=%file`` on every rank counts no call under E's shared prefix (against many unstaged).
+A node whose staging fails stops the job before any rank starts, with one line naming it;
+``--stage-env=auto`` runs from the shared env instead, with one warning line.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+PROGRAM = """\
+import json, os, sys
+import stagedpkg
+rank = os.environ["RANK"]
+open(os.path.join(sys.argv[1], "rank" + rank), "w").write(json.dumps(
+    {"prefix": sys.prefix, "pkg": stagedpkg.HERE, "conda_prefix": os.environ["CONDA_PREFIX"]}))
+"""
+
+
+@pytest.fixture
+def job(tmp_path, shared_env, run_wml):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    out = tmp_path / "out"
+    out.mkdir()
+    place = tmp_path / "node-local"
+
+    def submit(*opts, strace=None, place_env=None):
+        cmd = ["submit", "--nodes", "2", "--env", str(shared_env), *opts, "--"]
+        if strace is not None:
+            cmd += ["strace", "-f", "-qq", "-e", "trace=%file", "-ff", "-o", str(strace / "trace")]
+        cmd += ["python", str(prog), str(out)]
+        env = {"WML_STAGE_PLACE": place_env or f"{place}/{{node}}"}
+        return run_wml(*cmd, env=env, timeout=600)
+
+    submit.out, submit.place = out, place
+    return submit
+
+
+def ranks(out: Path):
+    return {int(p.name[4:]): json.loads(p.read_text()) for p in out.glob("rank*")}
+
+
+def shared_calls(trace_dir: Path, prefix: Path):
+    """Per traced process: its file calls naming the shared prefix."""
+    return {p.name: sum(str(prefix) in line for line in p.read_text().splitlines())
+            for p in trace_dir.glob("trace.*")}
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_staged_ranks_make_no_call_under_the_shared_prefix(job, shared_env, tmp_path):
+    staged, unstaged = tmp_path / "strace-staged", tmp_path / "strace-unstaged"
+    staged.mkdir()
+    unstaged.mkdir()
+    r = job("--stage-env", strace=staged)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = ranks(job.out)
+    assert sorted(got) == [0, 1]
+    for rank, info in got.items():    # each rank runs from its own node's copy
+        mine = job.place / f"node{rank}"
+        assert Path(info["prefix"]).parent == mine and Path(info["conda_prefix"]) == Path(info["prefix"])
+        assert info["pkg"].startswith(str(mine) + "/")
+    calls = shared_calls(staged, shared_env)
+    assert len(calls) >= 2 and set(calls.values()) == {0}, calls
+    assert not any(job.place.glob("node*/wml-env-*")), "the copies outlived the job"
+
+    for p in job.out.iterdir():
+        p.unlink()
+    r = job(strace=unstaged)          # the same job from the shared env: the import storm
+    assert r.returncode == 0, r.stderr
+    calls = shared_calls(unstaged, shared_env)
+    assert sum(n > 20 for n in calls.values()) >= 2, calls
+
+
+def test_a_node_whose_staging_fails_stops_the_job_before_any_rank(job, tmp_path):
+    job.place.mkdir()
+    (job.place / "node1").write_text("not a directory")     # node 1's place cannot be made
+    r = job("--stage-env")
+    assert r.returncode != 0
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "node1" in ln]
+    assert len(lines) == 1 and "node node1: cannot create" in lines[0], r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    assert ranks(job.out) == {}, "a rank started although a node had no copy"
+
+
+def test_stage_env_auto_falls_back_to_the_shared_env_with_one_warning(job, shared_env):
+    job.place.mkdir()
+    (job.place / "node1").write_text("not a directory")
+    r = job("--stage-env=auto")
+    assert r.returncode == 0, r.stdout + r.stderr
+    warnings = [ln for ln in (r.stdout + r.stderr).splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "node node1" in warnings[0] and str(shared_env) in warnings[0]
+    got = ranks(job.out)
+    assert sorted(got) == [0, 1] and all(Path(i["prefix"]) == shared_env for i in got.values())
