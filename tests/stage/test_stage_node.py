@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_env
+from helpers.stage_env import make_env
 
 from wmlce_tools.stage.archive import ensure_archive
 
