@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from wmlce_tools.ddlrun.pdeathsig import KILL_ON_PARENT_DEATH
 from wmlce_tools.env.staging import staged_directory
 from wmlce_tools.errors import WmlError
 
@@ -137,13 +138,16 @@ def relocate(root: Path, final: str, m: Manifest) -> None:
                 break
 
 
+# tar dies with this process: a staging killed half-way leaves no writer behind in its
+# temp dir, which the next staging on the node removes.
 def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None:
     if isinstance(source, Path):
-        tar = subprocess.run(["tar", "-x", "-f", str(source), "-C", str(dest)], stderr=subprocess.PIPE)
+        tar = subprocess.run(["tar", "-x", "-f", str(source), "-C", str(dest)], stderr=subprocess.PIPE,
+                             preexec_fn=KILL_ON_PARENT_DEATH)
         rc, err = tar.returncode, tar.stderr
     else:
         proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, preexec_fn=KILL_ON_PARENT_DEATH)
         try:
             for chunk in source:
                 proc.stdin.write(chunk)
