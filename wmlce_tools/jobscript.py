@@ -6,6 +6,7 @@ so ``wml render`` and ``wml submit --dry-run`` stay fast.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -67,7 +68,8 @@ class JobPlan:
         from .env.activation import activation_lines
 
         seg = self.segment
-        stage = replace(self.stage, keep=True) if seg is not None and seg.index < seg.chain.length else self.stage
+        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
+        stage = dataclasses.replace(self.stage, keep=True) if keep else self.stage
         return (*stage.lines(JOB_ID_VARS[self.site.scheduler]),
                 *activation_lines(self.stage.prefix, prefix_shell='"$wml_env_prefix"'))
 

@@ -114,3 +114,21 @@ def test_staged_scripts_pass_bash_n(site, program, shared_env, tmp_path):
     f.write_text(render(site, program, shared_env, stage_env="on", **SITES[site]))
     r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_chain_keeps_the_copies_for_its_next_segment_and_the_last_removes_them(program, shared_env, tmp_path):
+    from wmlce_tools.chain.submit import plan_chain, segment_plan
+
+    plan = plan_job(get_site("frontier"), ResourceRequest(conda_env=str(shared_env), stage_env="on", **SITES["frontier"]),
+                    [str(program)], jobdir=tmp_path / "run" / "segment-1", workdir=Path("/work/proj"))
+    chain = plan_chain(plan, tmp_path / "run", 3, str(tmp_path / "ckpt"), None, None)
+
+    def end_line(index):
+        script = render_script(segment_plan(plan, chain, index, "41" if index > 1 else None))
+        lines = script.splitlines()
+        # exec runs no EXIT trap: the end step is called before the segment's exec
+        assert lines[[i for i, ln in enumerate(lines) if ln.startswith("exec ")][0] - 1].startswith("wml_stage_end")
+        return next(ln for ln in lines if ln.startswith("wml_stage_end() {"))
+
+    assert " --keep " in end_line(1) and " --keep " in end_line(2)
+    assert " --keep " not in end_line(3)
