@@ -31,6 +31,7 @@ from typing import Iterator, List, Tuple
 from wmlce_tools.errors import WmlError
 
 SUFFIX = ".tar"
+FORMAT = "2"      # part of every key: a new format gets new archives and copies
 BLOCK = 4096
 
 
@@ -71,7 +72,7 @@ class Archive:
 
 def env_key(prefix: Path) -> str:
     """A hash of what makes this environment what it is (cheap: no walk of the tree)."""
-    h = hashlib.sha256(str(prefix).encode())
+    h = hashlib.sha256(f"{FORMAT}\0{prefix}".encode())
     lock = prefix / "conda-meta" / "wml" / "conda-lock.yml"
     for p in [lock, prefix / "pyvenv.cfg"]:
         if p.is_file():
@@ -148,6 +149,8 @@ def _walk(prefix: Path, needles: List[bytes]) -> Manifest:
             else:
                 m.entries.append((rel, "f", st.st_size))
                 total += -(-st.st_size // BLOCK) * BLOCK
+                if name.endswith(".pyc"):
+                    continue     # the import system sets co_filename from where it loads (_fix_co_filename)
                 with open(full, "rb") as f:
                     data = f.read()
                 if any(n in data for n in needles):
