@@ -12,7 +12,9 @@
   env where it was installed (both on this machine's disk: the local install).
 
 Emulated nodes share this host's cores and disk, so N nodes do N times the work on the same
-hardware; on a real machine each node unpacks on its own.
+hardware; on a real machine each node unpacks on its own.  Every step writes into fresh
+directories after a ``sync`` (all are removed at the end): on this machine a tree still being
+written back or deleted slows the next step by seconds.
 """
 from __future__ import annotations
 
@@ -27,23 +29,24 @@ from pathlib import Path
 
 
 def timed(cmd, **kw) -> float:
+    subprocess.run(["sync"], check=True)   # nothing of the step before still being written back
+    time.sleep(2)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, **kw)
     return time.perf_counter() - t0
 
 
 def recipe(tgz: Path, work: Path, nodes: int) -> float:
-    """N nodes at once: untar the conda-pack archive, run conda-unpack."""
-    dests = [work / f"recipe{i}" for i in range(nodes)]
+    """N nodes at once: untar the conda-pack archive, run conda-unpack (fresh directories: a tree
+    still being deleted slows the disk down for seconds)."""
+    dests = [work / f"recipe{nodes}-{i}" for i in range(nodes)]
     for d in dests:
-        shutil.rmtree(d, ignore_errors=True)
         d.mkdir()
     script = " & ".join(f"(tar -xzf {tgz} -C {d} && {d}/bin/python {d}/bin/conda-unpack)" for d in dests) + " & wait"
     t = timed(["bash", "-c", script])
     for d in dests:
         if not (d / "bin").is_dir():
             raise SystemExit(f"recipe failed in {d}")
-        shutil.rmtree(d)
     return t
 
 
@@ -83,8 +86,6 @@ def main() -> int:
                           env=env, stdout=subprocess.DEVNULL)
             if n == 1:
                 staged = next(place.glob("node0/wml-env-*"))
-            else:
-                shutil.rmtree(place)
             t_recipe = recipe(tgz, work, n)
             print(f"{n:5d} {t_wml:7.1f} {t_recipe:9.1f} {t_wml / t_recipe:11.2f}", flush=True)
         local = import_torch(str(prefix / "bin" / "python"), args.repeat, env)

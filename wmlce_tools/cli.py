@@ -231,6 +231,10 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
                            f"ends); checkpoints in {run.checkpoint_dir}")
         return
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
+    if plan.stage is not None:     # built here, once, not on the job's nodes
+        from .stage.archive import ensure_archive
+
+        ensure_archive(plan.stage.prefix)
     if run is not None:
         from .chain.cli import submit_chain_cmd
 

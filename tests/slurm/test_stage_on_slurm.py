@@ -36,6 +36,8 @@ def test_staged_job_on_slurm_sbcasts_and_makes_no_shared_call(local_slurm, run_w
     log = "".join(f.read_text() for f in sorted(jobdir.glob("*.out")) + sorted(jobdir.glob("*.err")))
     assert r.returncode == 0, r.stderr + log
     assert "wml: staged stagetest to " in log and " on 2 nodes" in log, log
+    # the archive was built by wml submit, once, not on the job's nodes
+    assert "wml: building the staging archive of" in r.stderr and "building" not in log
     got = {p.name: json.loads(p.read_text()) for p in out.glob("rank*")}
     assert sorted(got) == ["rank0", "rank1"], log
     assert {g["node"] for g in got.values()} == set(local_slurm.nodes[:2])

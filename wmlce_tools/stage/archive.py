@@ -22,6 +22,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -121,7 +122,7 @@ def file_lock(path: Path, what: str, timeout_s: float = 1800.0, every_s: float =
                     raise WmlError(f"{what}: another job held {path} for {timeout_s:.0f} s; gave up") from None
                 if now - last >= every_s:
                     print(f"wml stage: {what}: waiting for another job that holds {path} ({now - start:.0f} s)",
-                          flush=True, file=__import__("sys").stderr)
+                          flush=True, file=sys.stderr)
                     last = now
                 time.sleep(0.2)
         yield
@@ -189,6 +190,8 @@ def ensure_archive(prefix: Path) -> Archive:
     mpath = where / f"{prefix.name}-{key}.manifest.json"
     with file_lock(where / f"{prefix.name}.lock", f"building the archive of {prefix}"):
         if not (path.is_file() and mpath.is_file()):
+            print(f"wml: building the staging archive of {prefix} in {where} (once per version of the env)",
+                  file=sys.stderr, flush=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=where)
             os.close(fd)
             try:

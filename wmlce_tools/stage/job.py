@@ -119,8 +119,9 @@ def bcast_chunks(comm, path: Optional[Path]):
     """Rank 0 reads ``path`` and every rank yields the same chunks (MPI broadcast)."""
     from mpi4py import MPI
 
-    f = open(path, "rb") if comm.rank == 0 else None
+    f = open(path, "rb", buffering=0) if comm.rank == 0 else None
     buf = bytearray(CHUNK)
+    view = memoryview(buf)
     try:
         while True:
             n = f.readinto(buf) if f is not None else 0
@@ -128,7 +129,7 @@ def bcast_chunks(comm, path: Optional[Path]):
             if not n:
                 return
             comm.Bcast([buf, n, MPI.BYTE], root=0)
-            yield bytes(buf[:n])
+            yield view[:n]          # written out before the next chunk is read: no copy
     finally:
         if f is not None:
             f.close()
