@@ -213,7 +213,9 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     env_lines, env_prefix = _env_activation(req.conda_env)
     from .stage.script import plan_staging
 
-    stage = plan_staging(site, req, env_prefix, layout.nodes)
+    if interactive and req.stage_env in ("on", "auto"):
+        raise WmlError("--stage-env stages the env before a job script's ranks; --interactive runs no job script")
+    stage = None if interactive else plan_staging(site, req, env_prefix, layout.nodes)
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it

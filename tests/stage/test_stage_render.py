@@ -132,3 +132,10 @@ def test_a_chain_keeps_the_copies_for_its_next_segment_and_the_last_removes_them
 
     assert " --keep " in end_line(1) and " --keep " in end_line(2)
     assert " --keep " not in end_line(3)
+
+
+def test_interactive_refuses_stage_env(run_wml, shared_env):
+    r = run_wml("submit", "--site", "frontier", "-P", "a", "--interactive", "--dry-run", "--env", str(shared_env),
+                "--stage-env")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "wml: error: --stage-env stages the env before a job script's ranks; --interactive runs no job script"]
