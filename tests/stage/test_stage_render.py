@@ -139,3 +139,24 @@ def test_interactive_refuses_stage_env(run_wml, shared_env):
                 "--stage-env")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "wml: error: --stage-env stages the env before a job script's ranks; --interactive runs no job script"]
+
+
+def test_a_site_that_stages_by_default(program, shared_env, tmp_path, monkeypatch):
+    import msgspec
+
+    from wmlce_tools.site.schema import StageEnvOptions, replace
+
+    monkeypatch.delenv("WML_STAGE_PLACE", raising=False)
+    base = get_site("polaris")
+    site = replace(base, stage_env=replace(base.stage_env, default="auto"))
+
+    def script(**kw):
+        return render_script(plan_job(site, ResourceRequest(conda_env=str(shared_env), project="a", **kw),
+                                      [str(program)], jobdir=tmp_path))
+
+    assert "-m wmlce_tools.stage job" in script() and "--auto" in script()
+    assert "wmlce_tools.stage" not in script(stage_env="off")
+    assert "wmlce_tools.stage" not in render_script(plan_job(site, ResourceRequest(project="a"), [str(program)],
+                                                             jobdir=tmp_path))      # no --env: nothing to stage
+    with pytest.raises(msgspec.ValidationError):     # the profile's place is checked when it is loaded
+        msgspec.convert({"place": "scratch/here"}, StageEnvOptions)

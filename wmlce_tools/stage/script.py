@@ -52,7 +52,7 @@ def plan_staging(site, request, prefix: Optional[Path], nodes: int) -> Optional[
     """The job's staging (None: it runs from the shared environment)."""
     opts = site.stage_env
     mode = request.stage_env or (opts.default if opts is not None else "off")
-    if mode == "off":
+    if mode == "off" or (request.stage_env is None and prefix is None):    # the site's default: jobs with --env
         return None
     if opts is None:
         raise WmlError(f"--stage-env: site {site.name} names no node-local storage (its profile has no stage_env)")
