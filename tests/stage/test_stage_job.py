@@ -96,3 +96,22 @@ def test_stage_env_auto_falls_back_to_the_shared_env_with_one_warning(job, share
     assert len(warnings) == 1 and "node node1" in warnings[0] and str(shared_env) in warnings[0]
     got = ranks(job.out)
     assert sorted(got) == [0, 1] and all(Path(i["prefix"]) == shared_env for i in got.values())
+
+
+def test_an_archive_the_first_node_cannot_read_fails_every_node_without_a_hang(shared_env, tmp_path, isolated_env):
+    """The broadcast path alone (ddlrun, one rank per emulated node), its archive gone."""
+    import subprocess
+    import sys
+
+    from wmlce_tools.stage.archive import ensure_archive
+
+    a = ensure_archive(shared_env)
+    cmd = [str(Path(sys.executable).parent / "ddlrun"), "--site", "local", "-n", "2", "--ranks-per-node", "1",
+           "--cores-per-rank", "1", "--emulate-nodes", "2", "--no-prefix", "--",
+           sys.executable, "-m", "wmlce_tools.stage", "unpack", "--manifest", str(a.manifest_path),
+           "--place", f"{tmp_path}/nl/{{node}}", "--job", "j1", "--bcast", str(tmp_path / "gone.tar")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=isolated_env)
+    assert r.returncode != 0
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("wml stage: node ")]
+    assert sorted(ln.split(":")[1] for ln in lines) == [" node node0", " node node1"], r.stdout + r.stderr
+    assert all("cannot read" in ln for ln in lines) and "Traceback" not in r.stderr

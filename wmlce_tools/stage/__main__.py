@@ -83,9 +83,11 @@ def _unpack(a) -> int:
             stage(np, m, chunks if need else None, a.job)
         except WmlError as exc:
             error = exc if isinstance(exc, NodeError) else np.fail(str(exc))
-        finally:
+        try:
             for _ in chunks:     # stay in every broadcast whatever happened here
                 pass
+        except WmlError as exc:  # the first node could not read the archive: every rank learns it
+            error = error or np.fail(str(exc))
     else:
         try:
             stage(np, m, None, a.job)

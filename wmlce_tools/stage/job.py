@@ -116,16 +116,32 @@ def end_job(env_prefix: Path, place: str, site_name: str, nodes: int, job: str, 
 
 
 def bcast_chunks(comm, path: Optional[Path]):
-    """Rank 0 reads ``path`` and every rank yields the same chunks (MPI broadcast)."""
+    """Rank 0 reads ``path`` and every rank yields the same chunks (MPI broadcast).  Every rank
+    takes part in every broadcast: a rank 0 that cannot read raises the same error on all."""
     from mpi4py import MPI
 
-    f = open(path, "rb", buffering=0) if comm.rank == 0 else None
+    f, why = None, ""
+    if comm.rank == 0:
+        try:
+            f = open(path, "rb", buffering=0)
+        except OSError as exc:
+            why = f"cannot read {path}: {exc.strerror}"
+    why = comm.bcast(why, root=0)
+    if why:
+        raise WmlError(why)
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     try:
         while True:
-            n = f.readinto(buf) if f is not None else 0
+            n = 0
+            if f is not None:
+                try:
+                    n = f.readinto(buf)
+                except OSError:
+                    n = -1
             n = comm.bcast(n, root=0)
+            if n < 0:
+                raise WmlError(f"reading {path} on the job's first node failed")
             if not n:
                 return
             comm.Bcast([buf, n, MPI.BYTE], root=0)
