@@ -115,3 +115,27 @@ def test_an_archive_the_first_node_cannot_read_fails_every_node_without_a_hang(s
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("wml stage: node ")]
     assert sorted(ln.split(":")[1] for ln in lines) == [" node node0", " node node1"], r.stdout + r.stderr
     assert all("cannot read" in ln for ln in lines) and "Traceback" not in r.stderr
+
+
+def test_a_missing_launcher_is_one_line_and_auto_falls_back(shared_env, tmp_path, isolated_env):
+    """No sbcast on the node (a Slurm site): one line, no traceback; with --auto the shared env."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(shutil.which("tar"), bin_dir / "tar")
+    env = dict(isolated_env, PATH=str(bin_dir), WML_SLURM_BASE=str(tmp_path))
+    cmd = [sys.executable, "-m", "wmlce_tools.stage", "job", "--env", str(shared_env), "--place",
+           f"{tmp_path}/nl", "--site", "local-slurm", "--nodes", "2", "--job", "7"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"wml stage: error: staging {shared_env.name} failed, no rank started: sbcast not found on this node")
+    r = subprocess.run([*cmd, "--auto"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == str(shared_env)
+    assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
+        f"wml: warning: staging {shared_env.name} failed (sbcast not found on this node); "
+        f"the ranks use the shared {shared_env}"]

@@ -52,7 +52,14 @@ def _per_node(site, nodes: int, argv: List[str], env: dict) -> subprocess.Comple
         if site.scheduler == "local" and nodes > 1:
             cmd += ["--emulate-nodes", str(nodes)]
         cmd += ["--", *argv]
-    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _run(cmd: List[str], **kw) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, **kw)
+    except FileNotFoundError:
+        raise WmlError(f"{cmd[0]} not found on this node") from None
 
 
 def _node_lines(proc: subprocess.CompletedProcess) -> List[str]:
@@ -71,8 +78,8 @@ def stage_job(env_prefix: Path, place: str, site_name: str, nodes: int, job: str
         if site.scheduler == "slurm":
             here = Path(places.expand(place, places.node_name()))
             dest = here / _sbcast_name(job, a)
-            b = subprocess.run(["sbcast", "--force", str(a.path), str(dest)], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+            b = _run(["sbcast", "--force", str(a.path), str(dest)], stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True)
             if b.returncode:
                 why = b.stdout.strip().splitlines()
                 raise WmlError(f"sbcast of {a.path} to {dest} failed: {why[-1] if why else b.returncode}")
@@ -81,8 +88,10 @@ def stage_job(env_prefix: Path, place: str, site_name: str, nodes: int, job: str
             unpack += ["--bcast", str(a.path)]
         proc = _per_node(site, nodes, unpack, dict(os.environ))
         if proc.returncode:
-            lines = _node_lines(proc) or [(proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["?"]][0]
-            raise WmlError("; ".join(ln.removeprefix("wml stage: ") for ln in lines))
+            last = (proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}").splitlines()[-1]
+            lines = _node_lines(proc) or [last]     # no node said why: the launcher's last word
+            more = f"; and {len(lines) - 5} more nodes" if len(lines) > 5 else ""
+            raise WmlError("; ".join(ln.removeprefix("wml stage: ") for ln in lines[:5]) + more)
     except WmlError as exc:
         if not auto:
             raise WmlError(f"staging {env_prefix.name} failed, no rank started: {exc}") from None
