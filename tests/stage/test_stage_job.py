@@ -17,7 +17,8 @@ import json, os, sys
 import stagedpkg
 rank = os.environ["RANK"]
 open(os.path.join(sys.argv[1], "rank" + rank), "w").write(json.dumps(
-    {"prefix": sys.prefix, "pkg": stagedpkg.HERE, "conda_prefix": os.environ["CONDA_PREFIX"]}))
+    {"prefix": sys.prefix, "pkg": stagedpkg.HERE, "conda_prefix": os.environ["CONDA_PREFIX"],
+     "ld": os.environ.get("LD_LIBRARY_PATH", ""), "path": os.environ["PATH"]}))
 """
 
 
@@ -74,6 +75,16 @@ def test_staged_ranks_make_no_call_under_the_shared_prefix(job, shared_env, tmp_
     assert r.returncode == 0, r.stderr
     calls = shared_calls(unstaged, shared_env)
     assert sum(n > 20 for n in calls.values()) >= 2, calls
+
+
+def test_ranks_path_and_ld_library_path_lead_to_their_copy(job, shared_env):
+    """A library path into the shared env (a module, the user) becomes one into the rank's copy."""
+    r = job("--stage-env", "--export", f"LD_LIBRARY_PATH={shared_env}/lib:/opt/other/lib")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank, info in ranks(job.out).items():
+        copy = info["prefix"]
+        assert info["ld"] == f"{copy}/lib:/opt/other/lib"
+        assert info["path"].split(":")[0] == f"{copy}/bin" and str(shared_env) not in info["path"]
 
 
 def test_a_node_whose_staging_fails_stops_the_job_before_any_rank(job, tmp_path):

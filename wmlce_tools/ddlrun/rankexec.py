@@ -50,7 +50,7 @@ from ddl_runtime.jobenv import JobEnvironment, detect_launcher  # noqa: E402
 
 from .exitreport import format_report  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
-from ..stage.place import NODE_PREFIX_VAR  # noqa: E402
+from ..stage.place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
 from ..stage.place import rank_environment as staged_rank_environment  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -191,7 +191,7 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
     out.update(JobEnvironment().torchrun_variables(
         rank=rank, size=s.size, local_rank=local, local_size=s.ranks_per_node, group_rank=node,
         master_addr=s.master_addr, master_port=s.master_port))
-    if out.get(NODE_PREFIX_VAR):       # a staged env whose copy differs per (emulated) node
+    if out.get(NODE_PREFIX_VAR) or out.get(FROM_VAR):      # a staged env: this rank's node's copy
         staged_rank_environment(out, node)
     try:
         JobEnvironment.from_environ(out)   # the runtime must be able to read what we promise

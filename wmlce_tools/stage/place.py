@@ -16,6 +16,8 @@ import socket
 NODE_TOKEN = "{node}"
 #: set by the job script after staging, when the staged prefix differs from node to node
 NODE_PREFIX_VAR = "WML_STAGE_NODE_PREFIX"
+#: set by the job script after staging: the shared env's prefix the copy was made from
+FROM_VAR = "WML_STAGED_FROM"
 _VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
@@ -52,17 +54,24 @@ def expand(template: str, node: str, environ: dict | None = None) -> str:
 
 
 def rank_environment(env: dict, node_index: int) -> None:
-    """A rank on an emulated node runs from its own node's copy: replace the batch node's
-    staged prefix (``CONDA_PREFIX``) by this node's in CONDA_PREFIX, PATH and LD_LIBRARY_PATH."""
-    template = env.get(NODE_PREFIX_VAR)
+    """A rank of a staged job runs from its node's copy: on emulated nodes (``{node}`` in the
+    place) CONDA_PREFIX becomes this node's copy, and every PATH and LD_LIBRARY_PATH entry under
+    the shared env (``WML_STAGED_FROM``: a module or the user put it there) or under the job
+    script's copy points into this rank's copy instead."""
     current = env.get("CONDA_PREFIX")
-    if not template or not current:
+    if not current:
         return
-    mine = expand(template, node_name(node_index, env), env)
-    if mine == current:
-        return
+    template = env.get(NODE_PREFIX_VAR)
+    mine = expand(template, node_name(node_index, env), env) if template else current
     env["CONDA_PREFIX"] = mine
+    olds = [p for p in (current, env.get(FROM_VAR)) if p and p != mine]
     for var in ("PATH", "LD_LIBRARY_PATH"):
-        if env.get(var):
-            env[var] = os.pathsep.join(mine + p[len(current):] if p == current or p.startswith(current + "/") else p
-                                       for p in env[var].split(os.pathsep))
+        if env.get(var) and olds:
+            env[var] = os.pathsep.join(_moved(p, olds, mine) for p in env[var].split(os.pathsep))
+
+
+def _moved(path: str, olds: list, new: str) -> str:
+    for old in olds:
+        if path == old or path.startswith(old + "/"):
+            return new + path[len(old):]
+    return path

@@ -15,7 +15,7 @@ from typing import List, Optional
 from wmlce_tools.errors import WmlError
 from wmlce_tools.quoting import sh_join, sh_quote
 
-from .place import NODE_PREFIX_VAR, NODE_TOKEN
+from .place import FROM_VAR, NODE_PREFIX_VAR, NODE_TOKEN
 
 #: overrides the site profile's place (tests; a user's own node-local directory)
 PLACE_VAR = "WML_STAGE_PLACE"
@@ -42,6 +42,7 @@ class StagePlan:
                f"wml_stage_end() {{ {end} {job} || true; }}",
                "trap wml_stage_end EXIT",
                f"wml_env_prefix=$({sh_join([*here, 'job', *common, *(['--auto'] if self.auto else [])])} {job})"]
+        out.append(f"export {FROM_VAR}={sh_quote(str(self.prefix))}   # the ranks' PATH, LD_LIBRARY_PATH: the copy")
         if NODE_TOKEN in self.place:    # emulated nodes on one host: each rank takes its node's copy
             out.append(f'if [ "$wml_env_prefix" != {sh_quote(str(self.prefix))} ]; then '
                        f'export {NODE_PREFIX_VAR}={sh_quote(self.place)}/"${{wml_env_prefix##*/}}"; fi')

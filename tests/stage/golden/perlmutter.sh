@@ -22,6 +22,7 @@ set +u
 wml_stage_end() { {python} -m wmlce_tools.stage end --env /shared/envs/stagetest --place /tmp --site perlmutter --nodes 2 --job "${SLURM_JOB_ID:-$$}" || true; }
 trap wml_stage_end EXIT
 wml_env_prefix=$({python} -m wmlce_tools.stage job --env /shared/envs/stagetest --place /tmp --site perlmutter --nodes 2 --job "${SLURM_JOB_ID:-$$}")
+export WML_STAGED_FROM=/shared/envs/stagetest   # the ranks' PATH, LD_LIBRARY_PATH: the copy
 export CONDA_PREFIX="$wml_env_prefix"
 export CONDA_DEFAULT_ENV=/shared/envs/stagetest
 export CONDA_SHLVL=1
