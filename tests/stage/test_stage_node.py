@@ -168,3 +168,19 @@ def test_the_copy_goes_when_the_last_job_using_it_ends(shared_env, tmp_path):
     assert copy.is_dir()                        # j2 still runs from it
     assert release(a, place, "j2").returncode == 0
     assert not copy.exists()
+
+
+def test_a_virtualenv_is_staged_and_runs_from_its_copy(tmp_path):
+    """A venv (no conda-meta): keyed by pyvenv.cfg and its RECORDs, its scripts relocated."""
+    venv = tmp_path / "shared" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    script = venv / "bin" / "hello"
+    script.write_text(f"#!{venv}/bin/python\nimport sys\nprint(sys.prefix)\n")
+    script.chmod(0o755)
+    a = ensure_archive(venv)
+    place = tmp_path / "nvme"
+    assert unpack(a, place).returncode == 0
+    copy = place / f"wml-env-venv-{a.manifest.key}"
+    out = subprocess.run([str(copy / "bin" / "hello")], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(copy)
+    assert str(venv) not in (copy / "bin" / "activate").read_text()
