@@ -150,3 +150,12 @@ def test_a_missing_launcher_is_one_line_and_auto_falls_back(shared_env, tmp_path
     assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
         f"wml: warning: staging {shared_env.name} failed (sbcast not found on this node); "
         f"the ranks use the shared {shared_env}"]
+
+
+def test_a_place_naming_a_variable_a_node_lacks_is_one_line(job):
+    """``/mnt/bb/$USER`` with USER unset must not become a directory called '$USER'."""
+    r = job("--stage-env", place_env=f"{job.place}/$WML_TEST_UNSET_VAR/{{node}}")
+    assert r.returncode != 0
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "WML_TEST_UNSET_VAR" in ln and "not set" in ln]
+    assert len(lines) == 1 and "node node0" in lines[0] and "node node1" in lines[0], r.stdout + r.stderr
+    assert ranks(job.out) == {} and not job.place.exists()

@@ -53,48 +53,68 @@ def _node():
     from .node import NodePlace
 
     token, label = place.node_name(), place.node_label()
-    return label, lambda template: NodePlace(label, Path(place.expand(template, token)))
+
+    def at(template: str) -> NodePlace:
+        missing = place.unset(template)
+        if missing:
+            raise WmlError(f"node {label}: the place {template} needs ${missing[0]}, which is not set there")
+        return NodePlace(label, Path(place.expand(template, token)))
+
+    return label, at
 
 
 def _unpack(a) -> int:
     from .archive import Manifest
     from .node import NodeError, stage, wants
 
+    def report(exc: WmlError, np=None) -> None:
+        text = exc if isinstance(exc, NodeError) or np is None else np.fail(str(exc))
+        print(f"wml stage: {text}", file=sys.stderr, flush=True)
+
     m = Manifest.read(a.manifest)
-    name, at = _node()
-    np = at(a.place)
+    _, at = _node()
+    np, error = None, None
+    try:
+        np = at(a.place)
+    except WmlError as exc:
+        error = exc
     if a.archive is not None:
         try:
-            stage(np, m, a.archive, a.job)
+            if error is None:
+                stage(np, m, a.archive, a.job)
         except WmlError as exc:
-            print(f"wml stage: {exc if isinstance(exc, NodeError) else np.fail(str(exc))}", file=sys.stderr, flush=True)
-            return 1
-        return 0
+            error = exc
+        if error is not None:
+            report(error, np)
+        return 1 if error is not None else 0
     from mpi4py import MPI
 
     from .job import bcast_chunks
 
     comm = MPI.COMM_WORLD
-    error = None
+    if comm.allreduce(int(error is not None), op=MPI.MAX):   # a node without a place: nobody starts
+        if error is not None:
+            report(error)
+        return 1
     need = wants(np, m)
     if comm.allreduce(int(need), op=MPI.MAX):
         chunks = bcast_chunks(comm, a.bcast)
         try:
             stage(np, m, chunks if need else None, a.job)
         except WmlError as exc:
-            error = exc if isinstance(exc, NodeError) else np.fail(str(exc))
+            error = exc
         try:
             for _ in chunks:     # stay in every broadcast whatever happened here
                 pass
         except WmlError as exc:  # the first node could not read the archive: every rank learns it
-            error = error or np.fail(str(exc))
+            error = error or exc
     else:
         try:
             stage(np, m, None, a.job)
         except WmlError as exc:
-            error = exc if isinstance(exc, NodeError) else np.fail(str(exc))
+            error = exc
     if error is not None:
-        print(f"wml stage: {error}", file=sys.stderr, flush=True)
+        report(error, np)
     return 1 if comm.allreduce(int(error is not None), op=MPI.MAX) else 0
 
 

@@ -53,6 +53,12 @@ def expand(template: str, node: str, environ: dict | None = None) -> str:
     return _VAR.sub(var, template.replace(NODE_TOKEN, node))
 
 
+def unset(template: str, environ: dict | None = None) -> list:
+    """The ``$VARIABLES`` of ``template`` this node's environment lacks (the place would be wrong)."""
+    env = os.environ if environ is None else environ
+    return [m.group(1).strip("{}") for m in _VAR.finditer(template) if m.group(1).strip("{}") not in env]
+
+
 def rank_environment(env: dict, node_index: int) -> None:
     """A rank of a staged job runs from its node's copy: on emulated nodes (``{node}`` in the
     place) CONDA_PREFIX becomes this node's copy, and every PATH and LD_LIBRARY_PATH entry under
