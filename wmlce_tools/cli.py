@@ -95,6 +95,7 @@ JobName = Annotated[str, typer.Option("--job-name", "-J", help="Job name.")]
 Output = Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")]
 ErrorFile = Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")]
 Env = Annotated[Optional[str], typer.Option("--env", help="Env to activate in the job: a conda env (name or path) or a virtualenv (python -m venv, uv venv; by path). wml render and --dry-run for another site take a path as it is there.")]
+StageEnv = Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")]
 Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to load (repeatable).")]
 Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
 After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
@@ -141,7 +142,8 @@ def _check_no_option(program: Optional[List[str]]) -> None:
 def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
           queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
           alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None,
-          chain=None, checkpoint_dir=None, signal_margin=None, preview=False, logs_dir=None, ranks_per_gpu=None):
+          chain=None, checkpoint_dir=None, signal_margin=None, preview=False, logs_dir=None, ranks_per_gpu=None,
+          stage_env=None):
     """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked (``preview``:
     only shown, see plan_job)."""
     from .chain.spec import check_length
@@ -164,7 +166,7 @@ def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_pe
         after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
         rack_contiguous=rack_contiguous,
         alloc_flags=tuple(w for text in alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=gpu_binding)
+        gpu_binding=gpu_binding, stage_env=stage_env)
     if jobdir is None:
         base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
         jobdir = new_jobdir(base.absolute(), job_name)
@@ -190,7 +192,7 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
            after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
            gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
-           signal_margin: SignalMargin = None) -> None:
+           signal_margin: SignalMargin = None, stage_env: StageEnv = None) -> None:
     """Print the job script for PROGRAM on a site (writes and submits nothing).
 
     The script's output and error files go to the current directory (it exists when you
@@ -206,7 +208,7 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
                     queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                     alloc_flags, gpu_binding, jobdir=Path.cwd().absolute(), chain=chain,
                     checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=True,
-                    logs_dir=Path.cwd().absolute(), ranks_per_gpu=ranks_per_gpu)
+                    logs_dir=Path.cwd().absolute(), ranks_per_gpu=ranks_per_gpu, stage_env=stage_env)
     _warn(plan)
     sys.stdout.write(render_script(plan))
 
@@ -219,7 +221,7 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
            error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
            after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
            gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
-           signal_margin: SignalMargin = None,
+           signal_margin: SignalMargin = None, stage_env: StageEnv = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
@@ -239,7 +241,7 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
                       queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
                       alloc_flags, gpu_binding, interactive=interactive, chain=chain,
                       checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=dry_run,
-                      ranks_per_gpu=ranks_per_gpu)
+                      ranks_per_gpu=ranks_per_gpu, stage_env=stage_env)
     _warn(plan)
     if interactive:
         from .interactive import run_interactive
@@ -262,6 +264,10 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
                            f"ends); checkpoints in {run.checkpoint_dir}")
         return
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
+    if plan.stage is not None:     # built here, once, not on the job's nodes
+        from .stage.archive import ensure_archive
+
+        ensure_archive(plan.stage.prefix)
     if run is not None:
         from .chain.cli import submit_chain_cmd
 
@@ -355,7 +361,34 @@ def _run(argv: Optional[List[str]]) -> Optional[int]:
         raise KeyboardInterrupt from None
 
 
+
+
+#: render/submit options that take no value (every other option before the program takes one)
+_FLAGS = {"--horovod", "--rack-contiguous", "--dry-run", "--interactive", "--json", "--wait", "--help", "-h"}
+
+
+def _stage_env_flag(argv: List[str]) -> List[str]:
+    """``--stage-env`` takes an optional value (``--stage-env=auto``), which typer's options
+    cannot: a bare one among render/submit's options becomes ``--stage-env=on``."""
+    if len(argv) < 2 or argv[0] not in ("render", "submit"):
+        return argv
+    out, i = [argv[0]], 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or not word.startswith("-"):
+            return out + argv[i:]            # the program and its arguments: never touched
+        if word == "--stage-env":
+            word = "--stage-env=on"
+        out.append(word)
+        if "=" not in word and word not in _FLAGS and i + 1 < len(argv):
+            out.append(argv[i + 1])          # the option's value
+            i += 1
+        i += 1
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point: user errors (ours and the command-line parser's) are one line on stderr,
     never a traceback or a usage block."""
-    run_main("wml", lambda: _run(argv))
+    args = _stage_env_flag(list(sys.argv[1:] if argv is None else argv))
+    run_main("wml", lambda: _run(args))

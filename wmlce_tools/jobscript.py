@@ -6,6 +6,7 @@ so ``wml render`` and ``wml submit --dry-run`` stay fast.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from .walltime import hhmm, hhmmss
 
 if TYPE_CHECKING:
     from .chain.spec import Segment
+    from .stage.script import StagePlan
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
 JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
@@ -56,6 +58,21 @@ class JobPlan:
     env_lines: Tuple[str, ...]        # conda env activation
     exports: Tuple[Tuple[str, str], ...]
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
+    stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
+    staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
+
+    @property
+    def env_script_lines(self) -> Tuple[str, ...]:
+        """The env's lines in the job script: staging first when the job stages it."""
+        if self.stage is None:
+            return self.env_lines
+        seg = self.segment
+        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
+        stage = dataclasses.replace(self.stage, keep=True) if keep else self.stage
+        return (*stage.lines(JOB_ID_VARS[self.site.scheduler]), *self.staged_env_lines)
+
+    def _stage_word(self, field: str) -> Optional[str]:
+        return getattr(self.site.stage_env, field) if self.stage is not None else None
 
     @property
     def alloc_flags(self) -> Optional[str]:
@@ -68,6 +85,8 @@ class JobPlan:
             # ranks sharing a GPU need CUDA MPS: Summit's GPUs are EXCLUSIVE_PROCESS otherwise
             # (OLCF Summit guide, "Multiple tasks, single GPU per RS")
             words.append("gpumps")
+        need = self._stage_word("alloc_flags")      # the node-local storage staging uses (NVME)
+        words += [w for w in (need or "").split() if w not in words]
         return " ".join(words) or None
 
     @property
@@ -80,7 +99,15 @@ class JobPlan:
     def attrs(self) -> Optional[str]:
         """Cobalt ``--attrs``: the queue's (its nodes' memory mode), else the site's."""
         q = self.site.queues.get(self.queue) if self.queue else None
-        return (q.attrs if q is not None and q.attrs else None) or self.site.attrs
+        attrs = (q.attrs if q is not None and q.attrs else None) or self.site.attrs
+        need = self._stage_word("attrs")      # the node-local SSD staging uses
+        return ":".join(a for a in (attrs, need) if a) or None
+
+    @property
+    def constraint(self) -> Optional[str]:
+        """Slurm ``--constraint``: the site's, and the node-local storage staging uses (nvme)."""
+        need = self._stage_word("constraint")
+        return "&".join(c for c in (self.site.slurm.constraint, need) if c) or None
 
     @property
     def ddlrun_argv(self) -> List[str]:
@@ -162,12 +189,16 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
     return (prog, *args)
 
 
-def _env_activation(conda_env: Optional[str], check: bool = True) -> Tuple[str, ...]:
+def _env_activation(conda_env: Optional[str], check: bool = True,
+                    prefix_shell: Optional[str] = None) -> Tuple[Tuple[str, ...], Optional[Path]]:
+    """The job script's lines for ``--env`` and the env's prefix (``check``: the env is on this
+    machine; else a path is taken as it is where the job runs).  ``prefix_shell``: the shell
+    expression the env's prefix takes in the job (a staged copy's)."""
     if not conda_env:
-        return ()
-    from .env.activation import job_env_lines
+        return (), None
+    from .env.activation import env_prefix, job_env_lines
 
-    return tuple(job_env_lines(conda_env, check=check))
+    return tuple(job_env_lines(conda_env, check=check, prefix_shell=prefix_shell)), env_prefix(conda_env, check=check)
 
 
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
@@ -205,7 +236,15 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if site.project_required and not req.project:
         raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
                        "(the scheduler rejects a job without one)")
-    env_lines = _env_activation(req.conda_env, check=not preview or site.scheduler == "local")
+    check_env = not preview or site.scheduler == "local"
+    env_lines, env_prefix = _env_activation(req.conda_env, check=check_env)
+    from .stage.script import plan_staging
+
+    if interactive and req.stage_env in ("on", "auto"):
+        raise WmlError("--stage-env stages the env before a job script's ranks; --interactive runs no job script")
+    stage = None if interactive else plan_staging(site, req, env_prefix, layout.nodes)
+    staged_env_lines = (_env_activation(req.conda_env, check=check_env, prefix_shell='"$wml_env_prefix"')[0]
+                        if stage is not None else ())
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
@@ -215,7 +254,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
                    queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
                    output=output, error=error, modules=modules, env_lines=env_lines,
-                   exports=tuple(exports.items()))
+                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines)
 
 
 @lru_cache(maxsize=1)
@@ -278,7 +317,8 @@ def render_script(plan: JobPlan) -> str:
                        if site.scheduler == "cobalt" and not plan.request.output else None),
         rack_contiguous=plan.request.rack_contiguous, racks=lay.racks if site.nodes_per_rack else 1,
         slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
-        modules=plan.modules, env_lines=plan.env_lines,
+        modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
+        constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(site, lay.nodes, wall),

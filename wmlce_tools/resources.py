@@ -34,6 +34,7 @@ class ResourceRequest:
     rack_contiguous: bool = False
     alloc_flags: Tuple[str, ...] = ()         # LSF -alloc_flags words beyond the SMT level (gpumps, NVME)
     gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
+    stage_env: Optional[str] = None           # on | auto | off (--stage-env[=auto]); default the site's
 
     def __post_init__(self) -> None:
         for name in ("nodes", "ranks_per_node", "gpus_per_rank", "ranks_per_gpu", "cores_per_rank",
@@ -60,6 +61,8 @@ class ResourceRequest:
                 raise WmlError(f"--alloc-flags {word!r}: the SMT level follows --threads-per-core; give --threads-per-core {word[3:]}")
         if self.gpu_binding not in (None, "per-rank", "local-rank"):
             raise WmlError(f"--gpu-binding {self.gpu_binding!r}: expected per-rank or local-rank")
+        if self.stage_env not in (None, "on", "auto", "off"):
+            raise WmlError(f"--stage-env={self.stage_env}: expected --stage-env, --stage-env=auto or --stage-env=off")
         if self.after is not None and not re.match(r"^[A-Za-z0-9_.\[\]-]+$", self.after):
             raise WmlError(f"--after {self.after!r}: not a job id")
 

@@ -22,7 +22,8 @@ is not a bad exit, and srun's ``--kill-on-bad-exit`` would otherwise end the ste
 rank out, killing the others in their exit and dropping output not yet forwarded, reports
 included (seen on the local Slurm).  ddlrun reads the 75 from the report.
 
-Only the standard library and ``ddl_runtime.jobenv`` are imported: this starts on every rank.
+Only the standard library, ``ddl_runtime.jobenv`` and ``wmlce_tools.stage.place`` (a staged
+environment's copy on an emulated node) are imported: this starts on every rank.
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ from ddl_runtime.jobenv import JobEnvironment, detect_launcher  # noqa: E402
 
 from .exitreport import format_report  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
+from ..stage.place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
+from ..stage.place import rank_environment as staged_rank_environment  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNAL_ENV = "WML_STOP_SIGNAL"   # ddl_runtime.checkpoint.protocol's name (not imported: this starts on every rank)
@@ -188,6 +191,8 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
     out.update(JobEnvironment().torchrun_variables(
         rank=rank, size=s.size, local_rank=local, local_size=s.ranks_per_node, group_rank=node,
         master_addr=s.master_addr, master_port=s.master_port))
+    if out.get(NODE_PREFIX_VAR) or out.get(FROM_VAR):      # a staged env: this rank's node's copy
+        staged_rank_environment(out, node)
     try:
         JobEnvironment.from_environ(out)   # the runtime must be able to read what we promise
     except DDLInputError as e:

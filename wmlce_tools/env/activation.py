@@ -18,7 +18,7 @@ from pathlib import Path
 from wmlce_tools.env.locations import env_name
 from wmlce_tools.env.locations import resolve_env as _resolve_env
 
-__all__ = ["resolve_env", "activation_lines", "job_env_lines", "is_venv"]
+__all__ = ["resolve_env", "activation_lines", "job_env_lines", "env_prefix", "is_venv"]
 
 
 def resolve_env(name_or_path: str | os.PathLike[str]) -> Path:
@@ -26,11 +26,13 @@ def resolve_env(name_or_path: str | os.PathLike[str]) -> Path:
     return _resolve_env(name_or_path)
 
 
-def activation_lines(prefix: str | os.PathLike[str]) -> list[str]:
+def activation_lines(prefix: str | os.PathLike[str], prefix_shell: str | None = None) -> list[str]:
+    """``prefix_shell``: a shell expression CONDA_PREFIX takes instead of ``prefix`` (a staged
+    copy's prefix, known only in the job: ``"$wml_env_prefix"``)."""
     prefix = Path(prefix).absolute()
     q = shlex.quote
     return [
-        f"export CONDA_PREFIX={q(str(prefix))}",
+        f"export CONDA_PREFIX={prefix_shell or q(str(prefix))}",
         f"export CONDA_DEFAULT_ENV={q(env_name(prefix))}",
         "export CONDA_SHLVL=1",
         'export PATH="$CONDA_PREFIX/bin${PATH:+:$PATH}"',
@@ -42,34 +44,51 @@ def activation_lines(prefix: str | os.PathLike[str]) -> list[str]:
 
 
 def is_venv(prefix: Path) -> bool:
-    """A virtualenv (``python -m venv``, ``virtualenv``, ``uv venv``): ``pyvenv.cfg`` at its top."""
-    return (prefix / "pyvenv.cfg").is_file()
+    """A virtualenv (``python -m venv``, ``virtualenv``, ``uv venv``): ``pyvenv.cfg`` at its top
+    and no ``conda-meta/`` (a conda env with a venv's marker in it is activated as a conda env)."""
+    return (prefix / "pyvenv.cfg").is_file() and not (prefix / "conda-meta").is_dir()
 
 
-def venv_lines(prefix: str | os.PathLike[str]) -> list[str]:
-    return [f"export VIRTUAL_ENV={shlex.quote(str(Path(prefix).absolute()))}",
+def venv_lines(prefix: str | os.PathLike[str], prefix_shell: str | None = None) -> list[str]:
+    return [f"export VIRTUAL_ENV={prefix_shell or shlex.quote(str(Path(prefix).absolute()))}",
             'export PATH="$VIRTUAL_ENV/bin${PATH:+:$PATH}"',
             "unset PYTHONHOME"]
 
 
-def job_env_lines(name_or_path: str, check: bool = True) -> list[str]:
+def _is_path(text: str) -> bool:
+    return "/" in text or text.startswith((".", "~"))
+
+
+def env_prefix(name_or_path: str, check: bool = True) -> Path:
+    """The prefix of ``--env``: a virtualenv by path, else a conda env (:func:`resolve_env`);
+    without ``check`` a path as it is on the machine the job runs on."""
+    text = os.fspath(name_or_path)
+    if _is_path(text):
+        prefix = Path(text).expanduser().absolute()
+        if not check or is_venv(prefix):
+            return prefix
+    return resolve_env(text)
+
+
+def job_env_lines(name_or_path: str, check: bool = True, prefix_shell: str | None = None) -> list[str]:
     """The job script's lines for ``--env``.  ``check``: the env is on this machine (a conda env
     by name or path, or a virtualenv by path); else a path is taken as it is on the machine the
-    job runs on, and the job tells a virtualenv from a conda env there (or stops, saying why)."""
+    job runs on, and the job tells a virtualenv from a conda env there (or stops, saying why).
+    ``prefix_shell``: the shell expression the prefix takes in the job (a staged copy's)."""
     text = os.fspath(name_or_path)
-    is_path = "/" in text or text.startswith((".", "~"))
+    is_path = _is_path(text)
     if is_path and check:
         prefix = Path(text).expanduser().absolute()
         if prefix.exists() and is_venv(prefix):
-            return venv_lines(prefix)
+            return venv_lines(prefix, prefix_shell)
         if prefix.exists() and not (prefix / "conda-meta").is_dir():
             from wmlce_tools.errors import WmlError
 
             raise WmlError(f"--env {text}: neither a conda environment (no conda-meta/) nor a virtualenv "
                            "(no pyvenv.cfg)")
     if not is_path or check:
-        return activation_lines(resolve_env(text))
-    prefix = shlex.quote(str(Path(text).expanduser().absolute()))
+        return activation_lines(resolve_env(text), prefix_shell)
+    prefix = prefix_shell or shlex.quote(str(Path(text).expanduser().absolute()))
     venv = [f"    {line}" for line in venv_lines("X")[1:]]
     conda = [f"    {line}" for line in activation_lines("/X")[2:]]     # after CONDA_PREFIX, CONDA_DEFAULT_ENV
     return [f"wml_env={prefix}",

@@ -143,6 +143,18 @@ class ChainOptions(_Strict):
             raise ValueError(str(e)) from None
 
 
+class StageEnvOptions(_Strict):
+    """Where ``--stage-env`` copies the job's environment on each node, and what the job must
+    ask the scheduler for to get that place."""
+
+    place: Annotated[str, Meta(min_length=2, pattern=r"^(/|\$)", description="node-local directory: $VARIABLES are expanded on each node (/mnt/bb/$USER), {node} is the node's name (emulated nodes sharing one host)")]
+    default: Annotated[Literal["off", "on", "auto"], Meta(description="what --env does without --stage-env/--no-stage-env: off, on, or auto (stage; on failure use the shared env, one warning line)")] = "off"
+    alloc_flags: Annotated[Optional[str], Meta(description="LSF -alloc_flags word the place needs (Summit: NVME)")] = None
+    constraint: Annotated[Optional[str], Meta(description="#SBATCH --constraint the place needs (Frontier: nvme)")] = None
+    attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs the place needs (Theta: ssds=required:ssd_size=128)")] = None
+    docs: Annotated[List[str], Meta(description="the centre's page for the place")] = []
+
+
 class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
@@ -170,6 +182,7 @@ class SiteProfile(_Strict):
     slurm: SlurmOptions = SlurmOptions()
     chain: ChainOptions = ChainOptions()
     detect: DetectSpec = DetectSpec()
+    stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:
