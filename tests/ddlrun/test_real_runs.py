@@ -3,6 +3,7 @@ what every rank sees (rank, local rank, emulated node, GPUs of a fake-GPU site, 
 variables), the [rank] output prefix, -x forwarding and the first failing rank's status."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -317,3 +318,44 @@ def test_sigkill_of_ddlrun_leaves_no_rank_behind(isolated_env, tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail(f"rank process {pid} outlived a SIGKILLed ddlrun")
+
+
+def test_a_stop_signal_that_comes_while_the_ranks_start_waits_for_them(isolated_env, tmp_path):
+    """A chained job's stop signal that reaches ddlrun while the ranks' shims are still starting
+    (a loaded node: seen as a rank killed by SIGUSR1 in a segment's first second) is held until
+    every rank is up, then relayed: each rank's program gets it and none dies of it."""
+    import signal
+    import subprocess
+    import textwrap
+
+    slow = tmp_path / "slow"
+    slow.mkdir()    # each shim's interpreter starts 2 s late: the signal comes before it could catch it
+    (slow / "sitecustomize.py").write_text(
+        "import sys, time\nif 'wmlce_tools.ddlrun.rankexec' in sys.orig_argv:\n    time.sleep(2)\n")
+    prog = tmp_path / "wait_for_stop.py"
+    prog.write_text(textwrap.dedent("""\
+        import signal, sys, time
+        got = []
+        signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+        end = time.monotonic() + 30
+        while not got and time.monotonic() < end:
+            time.sleep(0.05)
+        print("GOT" if got else "NO SIGNAL", flush=True)
+        sys.exit(75 if got else 3)
+        """))
+    env = dict(isolated_env, WML_STOP_SIGNAL="USR1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(slow), isolated_env.get("PYTHONPATH", "")) if p))
+    p = subprocess.Popen([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "-n", "2", "python", str(prog)],
+                         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))   # as the job script starts it
+    try:
+        assert p.stderr.readline().startswith("ddlrun: "), "ddlrun did not print its launch line"
+        time.sleep(0.5)                      # the launcher is starting the (slow) shims
+        p.send_signal(signal.SIGUSR1)
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    assert sorted(l for l in out.splitlines() if "GOT" in l or "NO SIGNAL" in l) == ["[0] GOT", "[1] GOT"], out + err
+    assert p.returncode == 75, out + err

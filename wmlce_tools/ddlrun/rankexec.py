@@ -48,7 +48,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple  # n
 from ddl_runtime.errors import DDLInputError  # noqa: E402
 from ddl_runtime.jobenv import JobEnvironment, detect_launcher  # noqa: E402
 
-from .exitreport import format_report  # noqa: E402
+from .exitreport import format_report, format_up, stop_signum  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
 from ..stage.place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
 from ..stage.place import rank_environment as staged_rank_environment  # noqa: E402
@@ -81,11 +81,8 @@ class StopRelay:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Optional["StopRelay"]:
-        name = env.get(STOP_SIGNAL_ENV, "").strip().upper()
-        if not name:
-            return None
-        num = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
-        return cls(int(num)) if num is not None else None   # a bad name: the runtime says so on every rank
+        num = stop_signum(env, STOP_SIGNAL_ENV)
+        return cls(num) if num is not None else None   # a bad name: the runtime says so on every rank
 
     def ignore_in_child(self) -> None:     # in the child, before exec
         signal.signal(self.signum, signal.SIG_IGN)
@@ -320,6 +317,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ShimError("no program given")
         env = rank_environment(settings, os.environ)
         rank = int(env["RANK"])
+        if report and stop is not None:   # ddlrun holds a chained job's stop signal until every rank is here (runner)
+            try:
+                os.write(2, format_up(report, rank))
+            except OSError:
+                pass
         code = run_program(program, env, rank, output, on_exit=send_report, stop=stop)
     except ShimError as e:
         sys.stderr.write(f"ddlrun: error: {e}\n")

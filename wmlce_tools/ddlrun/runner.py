@@ -31,7 +31,7 @@ from typing import IO, Callable, List, Optional, TextIO
 from ddl_runtime.checkpoint.protocol import EXIT_RESUME, STOP_SIGNAL_ENV
 
 from ..quoting import sh_join
-from .exitreport import RankExit, new_token, parse_report
+from .exitreport import RankExit, new_token, parse_report, parse_up, stop_signum
 from .pdeathsig import TERM_ON_PARENT_DEATH
 from .plan import LaunchPlan
 
@@ -39,6 +39,7 @@ FAIL_GRACE_S = 10.0
 GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
 KILL_AFTER_S = 10.0
 POLL_S = 0.2
+UP_WAIT_S = 15.0   # the longest a chained job's stop signal waits for ranks still starting
 RELAY_DRAIN_S = 10.0
 HOSTFILE_NAME = "hostfile"
 LAUNCHER_KILLED = (128 + signal.SIGTERM, 128 + signal.SIGKILL)   # a rank's status when the launcher ended it
@@ -52,14 +53,19 @@ class StderrRelay(threading.Thread):
         self.src, self.token, self.fd = src, token, fd
         self._lock = threading.Lock()
         self._exits: List[RankExit] = []
+        self._up: set = set()
 
     def run(self) -> None:
         broken = False
         for line in iter(self.src.readline, b""):
             report = parse_report(line, self.token)
+            up = parse_up(line, self.token) if report is None else None
             if report is not None:
                 with self._lock:
                     self._exits.append(report)
+            elif up is not None:
+                with self._lock:
+                    self._up.add(up)
             elif not broken:
                 try:
                     while line:
@@ -89,6 +95,12 @@ class StderrRelay(threading.Thread):
         """The first rank that exited EXIT_RESUME (saved and stopped for the walltime), if any."""
         with self._lock:
             return next((e for e in self._exits if e.code == EXIT_RESUME), None)
+
+    def not_up(self, ranks: int) -> List[int]:
+        """The ranks of 0..ranks-1 whose shim has neither said it is up nor ended."""
+        with self._lock:
+            seen = self._up | {e.rank for e in self._exits}
+        return [r for r in range(ranks) if r not in seen]
 
     def still_running(self, ranks: int) -> List[int]:
         """The ranks of 0..ranks-1 whose exit has not been reported."""
@@ -163,7 +175,20 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
                ranks: Optional[int] = None) -> int:
     early: List[int] = []          # signals that came before the launcher existed
     launched: List[subprocess.Popen] = []
-    handlers = _forward_signals(lambda sig: _signal_group(launched[0], sig) if launched else early.append(sig))
+    # A chained job's stop signal is held until every rank's shim is up (its "ddlrun-up" line):
+    # one that reached a shim still starting would kill it (the default action).
+    stop_sig = stop_signum(env, STOP_SIGNAL_ENV) if ranks else None
+    held: List[float] = []         # when a held stop signal came
+
+    def forward(sig: int) -> None:
+        if sig == stop_sig and (held or not relay_box or relay_box[0].not_up(ranks)):
+            held.append(time.monotonic())
+        elif launched:
+            _signal_group(launched[0], sig)
+        else:
+            early.append(sig)
+    relay_box: List[StderrRelay] = []
+    handlers = _forward_signals(forward)
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=TERM_ON_PARENT_DEATH)
@@ -176,6 +201,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
         _signal_group(proc, sig)
     relay = StderrRelay(proc.stderr, token)
     relay.start()
+    relay_box.append(relay)
     try:
         failed_at: Optional[float] = None
         stopped_at: Optional[float] = None
@@ -187,6 +213,14 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
+            if held:
+                waiting = relay.not_up(ranks)
+                if not waiting or now - held[0] > UP_WAIT_S:
+                    if waiting:
+                        _say(err, f"ddlrun: the stop signal waited {UP_WAIT_S:g} s for rank(s) {_names(waiting)} "
+                                  "to start; passing it on now")
+                    held.clear()
+                    _signal_group(proc, stop_sig)
             if failed_at is None:
                 first = relay.first_failure()
                 if first is not None:
