@@ -184,3 +184,17 @@ def test_a_virtualenv_is_staged_and_runs_from_its_copy(tmp_path):
     out = subprocess.run([str(copy / "bin" / "hello")], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == str(copy)
     assert str(venv) not in (copy / "bin" / "activate").read_text()
+
+
+@pytest.mark.parametrize("key", ["CONDA_PREFIX", "VIRTUAL_ENV"])
+def test_a_rank_on_an_emulated_node_runs_from_its_nodes_copy_of_a_conda_env_or_a_virtualenv(key):
+    """The rank shim's step (stage.place.rank_environment): on emulated nodes the job script's
+    copy (node 0's) becomes this rank's node's, for a conda env (CONDA_PREFIX) and a virtualenv
+    (VIRTUAL_ENV) alike, and PATH entries under the shared env or node 0's copy follow."""
+    from wmlce_tools.stage.place import FROM_VAR, NODE_PREFIX_VAR, rank_environment
+
+    env = {key: "/nl/node0/wml-env-e-1", NODE_PREFIX_VAR: "/nl/{node}/wml-env-e-1", FROM_VAR: "/shared/e",
+           "PATH": "/nl/node0/wml-env-e-1/bin:/shared/e/sbin:/usr/bin"}
+    rank_environment(env, 1)
+    assert env[key] == "/nl/node1/wml-env-e-1"
+    assert env["PATH"] == "/nl/node1/wml-env-e-1/bin:/nl/node1/wml-env-e-1/sbin:/usr/bin"

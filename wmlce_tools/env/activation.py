@@ -91,11 +91,11 @@ def job_env_lines(name_or_path: str, check: bool = True, prefix_shell: str | Non
     prefix = prefix_shell or shlex.quote(str(Path(text).expanduser().absolute()))
     venv = [f"    {line}" for line in venv_lines("X")[1:]]
     conda = [f"    {line}" for line in activation_lines("/X")[2:]]     # after CONDA_PREFIX, CONDA_DEFAULT_ENV
-    return [f"wml_env={prefix}",
-            'if [ -f "$wml_env/pyvenv.cfg" ]; then',
-            '    export VIRTUAL_ENV="$wml_env"', *venv,
-            'elif [ -d "$wml_env/conda-meta" ]; then',
+    return [f"wml_env={prefix}",     # conda-meta/ first, as is_venv tells them apart here
+            'if [ -d "$wml_env/conda-meta" ]; then',
             '    export CONDA_PREFIX="$wml_env"', '    export CONDA_DEFAULT_ENV="$wml_env"', *conda,
+            'elif [ -f "$wml_env/pyvenv.cfg" ]; then',
+            '    export VIRTUAL_ENV="$wml_env"', *venv,
             "else",
             '    echo "wml: --env $wml_env is neither a virtualenv nor a conda environment on $(hostname)" >&2',
             "    exit 2",

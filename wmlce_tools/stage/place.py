@@ -61,15 +61,16 @@ def unset(template: str, environ: dict | None = None) -> list:
 
 def rank_environment(env: dict, node_index: int) -> None:
     """A rank of a staged job runs from its node's copy: on emulated nodes (``{node}`` in the
-    place) CONDA_PREFIX becomes this node's copy, and every PATH and LD_LIBRARY_PATH entry under
+    place) CONDA_PREFIX (a virtualenv's VIRTUAL_ENV) becomes this node's copy, and every PATH and LD_LIBRARY_PATH entry under
     the shared env (``WML_STAGED_FROM``: a module or the user put it there) or under the job
     script's copy points into this rank's copy instead."""
-    current = env.get("CONDA_PREFIX")
-    if not current:
+    key = next((k for k in ("CONDA_PREFIX", "VIRTUAL_ENV") if env.get(k)), None)   # a conda env or a virtualenv
+    if key is None:
         return
+    current = env[key]
     template = env.get(NODE_PREFIX_VAR)
     mine = expand(template, node_name(node_index, env), env) if template else current
-    env["CONDA_PREFIX"] = mine
+    env[key] = mine
     olds = [p for p in (current, env.get(FROM_VAR)) if p and p != mine]
     for var in ("PATH", "LD_LIBRARY_PATH"):
         if env.get(var) and olds:
