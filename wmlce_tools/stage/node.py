@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,15 +77,17 @@ def check_space(np: NodePlace, m: Manifest) -> None:
 
 
 def verify(root: Path, m: Manifest, np: NodePlace) -> None:
+    """Every entry of the manifest is there with its kind and size: one ``lstat`` each, the
+    contents are not read again (tar reported any read or write error; a short archive lacks
+    entries or sizes)."""
+    kinds = {"l": stat.S_ISLNK, "d": stat.S_ISDIR, "f": stat.S_ISREG}
+    base = str(root) + "/"
     for rel, kind, size in m.entries:
-        p = root / rel
         try:
-            st = os.lstat(p)
+            st = os.lstat(base + rel)
         except FileNotFoundError:
             raise np.fail(f"the unpacked environment lacks {rel} (archive incomplete?)") from None
-        ok = {"l": os.path.islink(p), "d": not os.path.islink(p) and p.is_dir(),
-              "f": not os.path.islink(p) and p.is_file() and st.st_size == size}[kind]
-        if not ok:
+        if not kinds[kind](st.st_mode) or (kind == "f" and st.st_size != size):
             raise np.fail(f"the unpacked {rel} does not match the manifest")
 
 
@@ -142,8 +145,13 @@ def relocate(root: Path, final: str, m: Manifest) -> None:
 # temp dir, which the next staging on the node removes.
 def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None:
     if isinstance(source, Path):
-        tar = subprocess.run(["tar", "-x", "-f", str(source), "-C", str(dest)], stderr=subprocess.PIPE,
-                             preexec_fn=KILL_ON_PARENT_DEATH)
+        try:
+            f = open(source, "rb")
+        except OSError as exc:
+            raise np.fail(f"cannot read {source}: {exc.strerror}") from None
+        with f:      # tar reads the file itself: no copy through this process
+            tar = subprocess.run(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=f, stderr=subprocess.PIPE,
+                                 preexec_fn=KILL_ON_PARENT_DEATH)
         rc, err = tar.returncode, tar.stderr
     else:
         proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=subprocess.PIPE,
