@@ -138,6 +138,24 @@ def test_a_copy_with_this_key_but_no_completion_mark_is_made_again(shared_env, t
     assert (copy / "etc" / "where.txt").is_file() and (copy / ".wml-staged.json").is_file()
 
 
+def test_a_marked_copy_that_lost_file_contents_is_made_again_not_used(shared_env, tmp_path):
+    """The copy is made without an fsync: after a node lost power its marker may be on disk while
+    a file's data is not (ext4 leaves it empty).  The next job checks every entry's size before
+    it reuses the copy, and makes it again."""
+    a = ensure_archive(shared_env)
+    place = tmp_path / "nvme"
+    assert unpack(a, place).returncode == 0
+    copy = place / f"wml-env-{shared_env.name}-{a.manifest.key}"
+    module = next((copy / "lib").glob("python3*/site-packages/stagedpkg/__init__.py"))
+    size = module.stat().st_size
+    module.write_bytes(b"")                   # what the crash left
+    r = unpack(a, place, job="j2")
+    assert r.returncode == 0, r.stderr
+    assert module.stat().st_size == size
+    out = subprocess.run([str(copy / "bin" / "stage-hello")], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"hello from {copy}"
+
+
 def test_two_jobs_on_one_node_never_race(shared_env, tmp_path):
     """While one job stages (holds the node's lock), another waits: it neither unpacks beside it
     nor starts its ranks on a copy that is not complete."""

@@ -48,10 +48,15 @@ class NodePlace:
 
 
 def _complete(target: Path, m: Manifest) -> bool:
+    """A copy to reuse: its marker names this key and every entry is still there with its size
+    (the copy is made without an fsync: a node that lost power, or a cleaner that deleted
+    files, leaves a copy that is made again rather than used)."""
     try:
-        return json.loads((target / MARKER).read_text()).get("key") == m.key
+        if json.loads((target / MARKER).read_text()).get("key") != m.key:
+            return False
     except (OSError, ValueError):
         return False
+    return _mismatch(target, m, frozenset(m.text)) is None
 
 
 def _users(copy: Path) -> list:
@@ -76,19 +81,26 @@ def check_space(np: NodePlace, m: Manifest) -> None:
                       f"{m.bytes_needed / 2**30:.2f} GiB")
 
 
-def verify(root: Path, m: Manifest, np: NodePlace) -> None:
-    """Every entry of the manifest is there with its kind and size: one ``lstat`` each, the
+def _mismatch(root: Path, m: Manifest, resized: frozenset = frozenset()) -> "str | None":
+    """What of the manifest ``root`` lacks, or None: one ``lstat`` per entry (kind and size), the
     contents are not read again (tar reported any read or write error; a short archive lacks
-    entries or sizes)."""
+    entries or sizes).  ``resized``: files whose size relocation changed."""
     kinds = {"l": stat.S_ISLNK, "d": stat.S_ISDIR, "f": stat.S_ISREG}
     base = str(root) + "/"
     for rel, kind, size in m.entries:
         try:
             st = os.lstat(base + rel)
         except FileNotFoundError:
-            raise np.fail(f"the unpacked environment lacks {rel} (archive incomplete?)") from None
-        if not kinds[kind](st.st_mode) or (kind == "f" and st.st_size != size):
-            raise np.fail(f"the unpacked {rel} does not match the manifest")
+            return f"the unpacked environment lacks {rel} (archive incomplete?)"
+        if not kinds[kind](st.st_mode) or (kind == "f" and st.st_size != size and rel not in resized):
+            return f"the unpacked {rel} does not match the manifest"
+    return None
+
+
+def verify(root: Path, m: Manifest, np: NodePlace) -> None:
+    why = _mismatch(root, m)
+    if why:
+        raise np.fail(why)
 
 
 def _rewrite_binary(data: bytes, old: bytes, new: bytes) -> bytes:
