@@ -202,3 +202,40 @@ def test_a_virtualenv_is_staged_and_runs_from_its_copy(tmp_path):
     out = subprocess.run([str(copy / "bin" / "hello")], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == str(copy)
     assert str(venv) not in (copy / "bin" / "activate").read_text()
+
+
+@pytest.mark.parametrize("workers", [2, 3, 16])
+def test_an_archive_unpacked_in_parallel_ranges_is_the_env_entry_for_entry(shared_env, tmp_path, workers):
+    """A node splits the archive at the manifest's cuts between ``workers`` tar processes: the
+    tree they make together is the env's, every entry with its kind, mode, size and bytes."""
+    from wmlce_tools.stage.node import NodePlace, unpack as unpack_into
+
+    a = ensure_archive(shared_env)
+    assert a.manifest.cuts, "the manifest records where the archive may be split"
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    unpack_into(a.path, dest, NodePlace("node1", tmp_path), a.manifest.cuts, workers=workers)
+    for rel, kind, size in a.manifest.entries:
+        want, got = os.lstat(shared_env / rel), os.lstat(dest / rel)
+        assert (got.st_mode, got.st_size) == (want.st_mode, want.st_size), rel
+        if kind == "f":
+            assert (dest / rel).read_bytes() == (shared_env / rel).read_bytes(), rel
+        elif kind == "l":
+            assert os.readlink(dest / rel) == os.readlink(shared_env / rel), rel
+
+
+def test_an_archive_holding_a_hard_link_is_never_split(tmp_path):
+    """A hard link's target may sit in an earlier range another tar has not unpacked yet."""
+    from wmlce_tools.stage.archive import cuts
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i}").write_bytes(os.urandom(4096))
+    os.link(src / "f0", src / "z-link")
+    subprocess.run(["tar", "-C", str(src), "-cf", str(tmp_path / "a.tar"), "."], check=True)
+    assert cuts(tmp_path / "a.tar") == []
+    (src / "z-link").unlink()
+    subprocess.run(["tar", "-C", str(src), "-cf", str(tmp_path / "b.tar"), "."], check=True)
+    found = cuts(tmp_path / "b.tar")
+    assert len(found) > 8 and found == sorted(set(found))

@@ -17,6 +17,8 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -153,21 +155,76 @@ def relocate(root: Path, final: str, m: Manifest) -> None:
                 break
 
 
+def ranges(size: int, cuts: list, workers: int) -> list:
+    """``workers`` byte ranges of the archive, each from one of its ``cuts`` to the next chosen."""
+    bounds = [0]
+    for i in range(1, workers):
+        c = min(cuts, key=lambda c: abs(c - size * i // workers), default=0)
+        if c > bounds[-1]:
+            bounds.append(c)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 # tar dies with this process: a staging killed half-way leaves no writer behind in its
 # temp dir, which the next staging on the node removes.
-def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None:
+def _tar(dest: Path, stdin) -> subprocess.Popen:
+    err = tempfile.TemporaryFile()     # not a pipe: a tar that says much never blocks on it
+    proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=stdin, stderr=err,
+                            preexec_fn=KILL_ON_PARENT_DEATH)
+    proc.err = err
+    return proc
+
+
+def _feed(src: int, start: int, end: int, proc: subprocess.Popen) -> None:
+    """``src``'s bytes ``start..end`` into ``proc``'s stdin (``sendfile``: no copy through this process)."""
+    out = proc.stdin.fileno()
+    try:
+        while start < end:
+            n = os.sendfile(out, src, start, min(end - start, 1 << 30))
+            if not n:
+                break
+            start += n
+    except OSError:
+        pass                           # tar failed: its status says why
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+
+def unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace, cuts: list = (),
+           workers: "int | None" = None) -> None:
+    """Unpack the archive into ``dest``: from a file, in as many ranges as this node has cores
+    (``workers``; at most ``len(cuts) + 1``), one tar each; from a stream of chunks, one tar."""
     if isinstance(source, Path):
         try:
             f = open(source, "rb")
         except OSError as exc:
             raise np.fail(f"cannot read {source}: {exc.strerror}") from None
-        with f:      # tar reads the file itself: no copy through this process
-            tar = subprocess.run(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=f, stderr=subprocess.PIPE,
-                                 preexec_fn=KILL_ON_PARENT_DEATH)
-        rc, err = tar.returncode, tar.stderr
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            parts = ranges(size, list(cuts), min(workers or _workers(), len(cuts) + 1))
+            if len(parts) == 1:
+                procs = [_tar(dest, f)]       # tar reads the file itself
+            else:
+                procs = [_tar(dest, subprocess.PIPE) for _ in parts]
+                feeders = [threading.Thread(target=_feed, args=(f.fileno(), a, b, p), daemon=True)
+                           for (a, b), p in zip(parts, procs)]
+                for t in feeders:
+                    t.start()
+                for t in feeders:
+                    t.join()
+            rcs = [p.wait() for p in procs]
     else:
-        proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=subprocess.PIPE,
-                                stderr=subprocess.PIPE, preexec_fn=KILL_ON_PARENT_DEATH)
+        procs = [_tar(dest, subprocess.PIPE)]
+        proc = procs[0]
         try:
             for chunk in source:
                 proc.stdin.write(chunk)
@@ -176,11 +233,14 @@ def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None
         finally:
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
-        err = proc.stderr.read()
-        rc = proc.wait()
-    if rc:
-        why = err.decode(errors="replace").strip().splitlines()
-        raise np.fail(f"unpacking failed: {why[-1] if why else f'tar exited {rc}'}")
+        rcs = [proc.wait()]
+    for p, rc in zip(procs, rcs):
+        p.err.seek(0)
+        err = p.err.read()
+        p.err.close()
+        if rc:
+            why = err.decode(errors="replace").strip().splitlines()
+            raise np.fail(f"unpacking failed: {why[-1] if why else f'tar exited {rc}'}")
 
 
 def stage(np: NodePlace, m: Manifest, source: "Path | Iterable[bytes] | None", job: str) -> Path:
@@ -198,7 +258,7 @@ def stage(np: NodePlace, m: Manifest, source: "Path | Iterable[bytes] | None", j
             check_space(np, m)
             try:
                 with staged_directory(target, force=True) as tmp:
-                    _unpack(source, tmp, np)
+                    unpack(source, tmp, np, m.cuts)
                     verify(tmp, m, np)
                     relocate(tmp, str(target), m)
                     (tmp / MARKER).write_text(json.dumps({"key": m.key, "from": m.prefix}))
