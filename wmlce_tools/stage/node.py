@@ -1,11 +1,16 @@
 """Staging on one node: ``<place>/wml-env-<name>-<key>`` made from the archive, or reused.
 
 Under a per-node lock (two jobs on one node never race): copies of an older key nobody uses
-are removed; a copy with this key is reused when its marker says it is complete; else the
-free space is checked, the archive unpacked into a fresh hidden directory beside the target,
-checked against the manifest, relocated (the shared prefix rewritten in text files, shebangs
+are removed; a copy with this key is reused when its marker says it is complete and every entry
+is still there with its size; else the free space is checked, the archive unpacked into a fresh
+hidden directory beside the target (one tar per core, each a byte range of the archive file
+from one recorded member header to another), checked against the manifest (one ``lstat`` per
+entry), relocated (the shared prefix rewritten in text files, shebangs
 and links, and in binary C strings when the new prefix is no longer), and renamed into place.
-A half-made copy never has the target's name: a rank can only ever see a complete one.
+A half-made copy never has the target's name: a rank can only ever see a complete one.  Nothing
+is fsynced (a node-local copy is worth less than the seconds a sync of 1 GiB costs): the rename
+makes the copy visible, and a copy whose data a power loss dropped fails the size check and is
+made again.
 Each job using a copy leaves a marker in it (``.wml-users/<job>``); cleaning up at the end of a
 job removes its marker, and the copy once no job uses it.
 """
