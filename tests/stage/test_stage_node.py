@@ -214,7 +214,7 @@ def test_an_archive_unpacked_in_parallel_ranges_is_the_env_entry_for_entry(share
     assert a.manifest.cuts, "the manifest records where the archive may be split"
     dest = tmp_path / "copy"
     dest.mkdir()
-    unpack_into(a.path, dest, NodePlace("node1", tmp_path), a.manifest.cuts, workers=workers)
+    unpack_into(a.path, dest, NodePlace("node1", tmp_path), a.manifest, workers=workers)
     for rel, kind, size in a.manifest.entries:
         want, got = os.lstat(shared_env / rel), os.lstat(dest / rel)
         assert (got.st_mode, got.st_size) == (want.st_mode, want.st_size), rel

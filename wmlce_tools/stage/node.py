@@ -204,10 +204,12 @@ def _feed(src: int, start: int, end: int, proc: subprocess.Popen) -> None:
             proc.stdin.close()
 
 
-def unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace, cuts: list = (),
+def unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace, m: "Manifest | None" = None,
            workers: "int | None" = None) -> None:
     """Unpack the archive into ``dest``: from a file, in as many ranges as this node has cores
-    (``workers``; at most ``len(cuts) + 1``), one tar each; from a stream of chunks, one tar."""
+    (``workers``; at most one per ``m.cuts`` + 1), one tar each; from a stream of chunks, one tar.
+    In ranges, every directory is made first: two tars never race to create one."""
+    cuts = m.cuts if m is not None else []
     if isinstance(source, Path):
         try:
             f = open(source, "rb")
@@ -219,6 +221,9 @@ def unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace, cuts: li
             if len(parts) == 1:
                 procs = [_tar(dest, f)]       # tar reads the file itself
             else:
+                for rel, kind, _ in m.entries:
+                    if kind == "d":
+                        os.makedirs(dest / rel, exist_ok=True)
                 procs = [_tar(dest, subprocess.PIPE) for _ in parts]
                 feeders = [threading.Thread(target=_feed, args=(f.fileno(), a, b, p), daemon=True)
                            for (a, b), p in zip(parts, procs)]
@@ -263,7 +268,7 @@ def stage(np: NodePlace, m: Manifest, source: "Path | Iterable[bytes] | None", j
             check_space(np, m)
             try:
                 with staged_directory(target, force=True) as tmp:
-                    unpack(source, tmp, np, m.cuts)
+                    unpack(source, tmp, np, m)
                     verify(tmp, m, np)
                     relocate(tmp, str(target), m)
                     (tmp / MARKER).write_text(json.dumps({"key": m.key, "from": m.prefix}))
