@@ -138,6 +138,24 @@ def test_a_copy_with_this_key_but_no_completion_mark_is_made_again(shared_env, t
     assert (copy / "etc" / "where.txt").is_file() and (copy / ".wml-staged.json").is_file()
 
 
+def test_a_marked_copy_that_lost_file_contents_is_made_again_not_used(shared_env, tmp_path):
+    """The copy is made without an fsync: after a node lost power its marker may be on disk while
+    a file's data is not (ext4 leaves it empty).  The next job checks every entry's size before
+    it reuses the copy, and makes it again."""
+    a = ensure_archive(shared_env)
+    place = tmp_path / "nvme"
+    assert unpack(a, place).returncode == 0
+    copy = place / f"wml-env-{shared_env.name}-{a.manifest.key}"
+    module = next((copy / "lib").glob("python3*/site-packages/stagedpkg/__init__.py"))
+    size = module.stat().st_size
+    module.write_bytes(b"")                   # what the crash left
+    r = unpack(a, place, job="j2")
+    assert r.returncode == 0, r.stderr
+    assert module.stat().st_size == size
+    out = subprocess.run([str(copy / "bin" / "stage-hello")], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"hello from {copy}"
+
+
 def test_two_jobs_on_one_node_never_race(shared_env, tmp_path):
     """While one job stages (holds the node's lock), another waits: it neither unpacks beside it
     nor starts its ranks on a copy that is not complete."""
@@ -198,3 +216,40 @@ def test_a_rank_on_an_emulated_node_runs_from_its_nodes_copy_of_a_conda_env_or_a
     rank_environment(env, 1)
     assert env[key] == "/nl/node1/wml-env-e-1"
     assert env["PATH"] == "/nl/node1/wml-env-e-1/bin:/nl/node1/wml-env-e-1/sbin:/usr/bin"
+
+
+@pytest.mark.parametrize("workers", [2, 3, 16])
+def test_an_archive_unpacked_in_parallel_ranges_is_the_env_entry_for_entry(shared_env, tmp_path, workers):
+    """A node splits the archive at the manifest's cuts between ``workers`` tar processes: the
+    tree they make together is the env's, every entry with its kind, mode, size and bytes."""
+    from wmlce_tools.stage.node import NodePlace, unpack as unpack_into
+
+    a = ensure_archive(shared_env)
+    assert a.manifest.cuts, "the manifest records where the archive may be split"
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    unpack_into(a.path, dest, NodePlace("node1", tmp_path), a.manifest, workers=workers)
+    for rel, kind, size in a.manifest.entries:
+        want, got = os.lstat(shared_env / rel), os.lstat(dest / rel)
+        assert (got.st_mode, got.st_size) == (want.st_mode, want.st_size), rel
+        if kind == "f":
+            assert (dest / rel).read_bytes() == (shared_env / rel).read_bytes(), rel
+        elif kind == "l":
+            assert os.readlink(dest / rel) == os.readlink(shared_env / rel), rel
+
+
+def test_an_archive_holding_a_hard_link_is_never_split(tmp_path):
+    """A hard link's target may sit in an earlier range another tar has not unpacked yet."""
+    from wmlce_tools.stage.archive import cuts
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i}").write_bytes(os.urandom(4096))
+    os.link(src / "f0", src / "z-link")
+    subprocess.run(["tar", "-C", str(src), "-cf", str(tmp_path / "a.tar"), "."], check=True)
+    assert cuts(tmp_path / "a.tar") == []
+    (src / "z-link").unlink()
+    subprocess.run(["tar", "-C", str(src), "-cf", str(tmp_path / "b.tar"), "."], check=True)
+    found = cuts(tmp_path / "b.tar")
+    assert len(found) > 8 and found == sorted(set(found))

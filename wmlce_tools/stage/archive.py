@@ -10,7 +10,10 @@ records (``conda-meta/*.json``), its pip distributions (``*.dist-info/RECORD``) 
 archive and every node a fresh copy.
 
 The manifest lists every entry (path, kind, size), the files and links that name the
-environment's prefix (relocated on the node, as conda-unpack does) and the bytes needed.
+environment's prefix (relocated on the node, as conda-unpack does), the bytes needed, and
+``cuts``: offsets of member headers at about every 1/16 of the archive, where a node splits it
+between parallel ``tar -x`` processes (a range of a tar that starts and ends at a header is
+itself a tar GNU tar unpacks).
 """
 from __future__ import annotations
 
@@ -32,8 +35,9 @@ from typing import Iterator, List, Tuple
 from wmlce_tools.errors import WmlError
 
 SUFFIX = ".tar"
-FORMAT = "2"      # part of every key: a new format gets new archives and copies
+FORMAT = "3"      # part of every key: a new format gets new archives and copies
 BLOCK = 4096
+PARTS = 16        # the most tar processes a node may unpack the archive with
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Manifest:
     binary: List[str] = field(default_factory=list)   # binary files naming the prefix
     links: List[str] = field(default_factory=list)    # symlinks into the prefix
     bytes_needed: int = 0
+    cuts: List[int] = field(default_factory=list)     # member header offsets a node may split at
 
     def write(self, path: Path) -> None:
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -170,7 +175,27 @@ def build(prefix: Path, out: Path) -> Manifest:
     if tar.returncode:
         why = tar.stderr.decode(errors="replace").strip().splitlines()
         raise WmlError(f"cannot archive {prefix}: {why[-1] if why else f'tar exited {tar.returncode}'}")
+    manifest.cuts = cuts(out)
     return manifest
+
+
+def cuts(path: Path, parts: int = PARTS) -> List[int]:
+    """The header offsets nearest after each ``1/parts`` of the tar ``path`` (none when it holds a
+    hard link: its target could be in another part, not yet unpacked)."""
+    import tarfile
+
+    size = os.path.getsize(path)
+    want = [size * i // parts for i in range(1, parts)]
+    found: List[int] = []
+    with tarfile.open(path) as tf:
+        for member in tf:
+            if member.islnk():
+                return []
+            while want and member.offset >= want[0]:
+                want.pop(0)
+                if not found or found[-1] != member.offset:
+                    found.append(member.offset)
+    return found
 
 
 def _umask() -> int:

@@ -7,7 +7,9 @@ it in parallel, one task per node:
   ``python -m wmlce_tools.stage unpack`` once per node;
 * everywhere else: ``ddlrun`` runs ``python -m wmlce_tools.stage unpack --bcast`` once per
   node; the first reads the archive from the shared file system and broadcasts it through MPI,
-  so the shared file system sees one reader whatever the node count.
+  so the shared file system sees one reader whatever the node count.  When every node is this
+  one host (emulated nodes, or a one-node job) each reads the file itself instead: nothing to
+  broadcast, tar reads it straight from the page cache.
 
 It prints the staged prefix (this node's).  A node that fails prints one line naming it and
 the step fails, so no rank starts; with ``auto`` the step prints the shared prefix instead,

@@ -1,11 +1,16 @@
 """Staging on one node: ``<place>/wml-env-<name>-<key>`` made from the archive, or reused.
 
 Under a per-node lock (two jobs on one node never race): copies of an older key nobody uses
-are removed; a copy with this key is reused when its marker says it is complete; else the
-free space is checked, the archive unpacked into a fresh hidden directory beside the target,
-checked against the manifest, relocated (the shared prefix rewritten in text files, shebangs
+are removed; a copy with this key is reused when its marker says it is complete and every entry
+is still there with its size; else the free space is checked, the archive unpacked into a fresh
+hidden directory beside the target (one tar per core, each a byte range of the archive file
+from one recorded member header to another), checked against the manifest (one ``lstat`` per
+entry), relocated (the shared prefix rewritten in text files, shebangs
 and links, and in binary C strings when the new prefix is no longer), and renamed into place.
-A half-made copy never has the target's name: a rank can only ever see a complete one.
+A half-made copy never has the target's name: a rank can only ever see a complete one.  Nothing
+is fsynced (a node-local copy is worth less than the seconds a sync of 1 GiB costs): the rename
+makes the copy visible, and a copy whose data a power loss dropped fails the size check and is
+made again.
 Each job using a copy leaves a marker in it (``.wml-users/<job>``); cleaning up at the end of a
 job removes its marker, and the copy once no job uses it.
 """
@@ -15,7 +20,10 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -47,10 +55,15 @@ class NodePlace:
 
 
 def _complete(target: Path, m: Manifest) -> bool:
+    """A copy to reuse: its marker names this key and every entry is still there with its size
+    (the copy is made without an fsync: a node that lost power, or a cleaner that deleted
+    files, leaves a copy that is made again rather than used)."""
     try:
-        return json.loads((target / MARKER).read_text()).get("key") == m.key
+        if json.loads((target / MARKER).read_text()).get("key") != m.key:
+            return False
     except (OSError, ValueError):
         return False
+    return _mismatch(target, m, frozenset(m.text)) is None
 
 
 def _users(copy: Path) -> list:
@@ -75,17 +88,26 @@ def check_space(np: NodePlace, m: Manifest) -> None:
                       f"{m.bytes_needed / 2**30:.2f} GiB")
 
 
-def verify(root: Path, m: Manifest, np: NodePlace) -> None:
+def _mismatch(root: Path, m: Manifest, resized: frozenset = frozenset()) -> "str | None":
+    """What of the manifest ``root`` lacks, or None: one ``lstat`` per entry (kind and size), the
+    contents are not read again (tar reported any read or write error; a short archive lacks
+    entries or sizes).  ``resized``: files whose size relocation changed."""
+    kinds = {"l": stat.S_ISLNK, "d": stat.S_ISDIR, "f": stat.S_ISREG}
+    base = str(root) + "/"
     for rel, kind, size in m.entries:
-        p = root / rel
         try:
-            st = os.lstat(p)
+            st = os.lstat(base + rel)
         except FileNotFoundError:
-            raise np.fail(f"the unpacked environment lacks {rel} (archive incomplete?)") from None
-        ok = {"l": os.path.islink(p), "d": not os.path.islink(p) and p.is_dir(),
-              "f": not os.path.islink(p) and p.is_file() and st.st_size == size}[kind]
-        if not ok:
-            raise np.fail(f"the unpacked {rel} does not match the manifest")
+            return f"the unpacked environment lacks {rel} (archive incomplete?)"
+        if not kinds[kind](st.st_mode) or (kind == "f" and st.st_size != size and rel not in resized):
+            return f"the unpacked {rel} does not match the manifest"
+    return None
+
+
+def verify(root: Path, m: Manifest, np: NodePlace) -> None:
+    why = _mismatch(root, m)
+    if why:
+        raise np.fail(why)
 
 
 def _rewrite_binary(data: bytes, old: bytes, new: bytes) -> bytes:
@@ -138,16 +160,81 @@ def relocate(root: Path, final: str, m: Manifest) -> None:
                 break
 
 
+def ranges(size: int, cuts: list, workers: int) -> list:
+    """``workers`` byte ranges of the archive, each from one of its ``cuts`` to the next chosen."""
+    bounds = [0]
+    for i in range(1, workers):
+        c = min(cuts, key=lambda c: abs(c - size * i // workers), default=0)
+        if c > bounds[-1]:
+            bounds.append(c)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 # tar dies with this process: a staging killed half-way leaves no writer behind in its
 # temp dir, which the next staging on the node removes.
-def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None:
+def _tar(dest: Path, stdin) -> subprocess.Popen:
+    err = tempfile.TemporaryFile()     # not a pipe: a tar that says much never blocks on it
+    proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=stdin, stderr=err,
+                            preexec_fn=KILL_ON_PARENT_DEATH)
+    proc.err = err
+    return proc
+
+
+def _feed(src: int, start: int, end: int, proc: subprocess.Popen) -> None:
+    """``src``'s bytes ``start..end`` into ``proc``'s stdin (``sendfile``: no copy through this process)."""
+    out = proc.stdin.fileno()
+    try:
+        while start < end:
+            n = os.sendfile(out, src, start, min(end - start, 1 << 30))
+            if not n:
+                break
+            start += n
+    except OSError:
+        pass                           # tar failed: its status says why
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+
+def unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace, m: "Manifest | None" = None,
+           workers: "int | None" = None) -> None:
+    """Unpack the archive into ``dest``: from a file, in as many ranges as this node has cores
+    (``workers``; at most one per ``m.cuts`` + 1), one tar each; from a stream of chunks, one tar.
+    In ranges, every directory is made first: two tars never race to create one."""
+    cuts = m.cuts if m is not None else []
     if isinstance(source, Path):
-        tar = subprocess.run(["tar", "-x", "-f", str(source), "-C", str(dest)], stderr=subprocess.PIPE,
-                             preexec_fn=KILL_ON_PARENT_DEATH)
-        rc, err = tar.returncode, tar.stderr
+        try:
+            f = open(source, "rb")
+        except OSError as exc:
+            raise np.fail(f"cannot read {source}: {exc.strerror}") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            parts = ranges(size, list(cuts), min(workers or _workers(), len(cuts) + 1))
+            if len(parts) == 1:
+                procs = [_tar(dest, f)]       # tar reads the file itself
+            else:
+                for rel, kind, _ in m.entries:
+                    if kind == "d":
+                        os.makedirs(dest / rel, exist_ok=True)
+                procs = [_tar(dest, subprocess.PIPE) for _ in parts]
+                feeders = [threading.Thread(target=_feed, args=(f.fileno(), a, b, p), daemon=True)
+                           for (a, b), p in zip(parts, procs)]
+                for t in feeders:
+                    t.start()
+                for t in feeders:
+                    t.join()
+            rcs = [p.wait() for p in procs]
     else:
-        proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(dest)], stdin=subprocess.PIPE,
-                                stderr=subprocess.PIPE, preexec_fn=KILL_ON_PARENT_DEATH)
+        procs = [_tar(dest, subprocess.PIPE)]
+        proc = procs[0]
         try:
             for chunk in source:
                 proc.stdin.write(chunk)
@@ -156,11 +243,14 @@ def _unpack(source: "Path | Iterable[bytes]", dest: Path, np: NodePlace) -> None
         finally:
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
-        err = proc.stderr.read()
-        rc = proc.wait()
-    if rc:
-        why = err.decode(errors="replace").strip().splitlines()
-        raise np.fail(f"unpacking failed: {why[-1] if why else f'tar exited {rc}'}")
+        rcs = [proc.wait()]
+    for p, rc in zip(procs, rcs):
+        p.err.seek(0)
+        err = p.err.read()
+        p.err.close()
+        if rc:
+            why = err.decode(errors="replace").strip().splitlines()
+            raise np.fail(f"unpacking failed: {why[-1] if why else f'tar exited {rc}'}")
 
 
 def stage(np: NodePlace, m: Manifest, source: "Path | Iterable[bytes] | None", job: str) -> Path:
@@ -178,7 +268,7 @@ def stage(np: NodePlace, m: Manifest, source: "Path | Iterable[bytes] | None", j
             check_space(np, m)
             try:
                 with staged_directory(target, force=True) as tmp:
-                    _unpack(source, tmp, np)
+                    unpack(source, tmp, np, m)
                     verify(tmp, m, np)
                     relocate(tmp, str(target), m)
                     (tmp / MARKER).write_text(json.dumps({"key": m.key, "from": m.prefix}))
