@@ -200,6 +200,10 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
         from .schedulers.commands import connect_seconds
 
         connect_seconds()   # a bad WML_SCHEDULER_CONNECT_S fails before the job directory is written
+    else:
+        from .schedulers.local_run import kill_wait_s
+
+        kill_wait_s()       # a bad WML_LOCAL_KILL_WAIT_S too: no job recorded that never ran
     for attempt in range(20):
         try:
             write_jobdir(plan, script)

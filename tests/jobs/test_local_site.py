@@ -174,3 +174,13 @@ def test_a_bare_number_is_the_id_column_first_and_job_n_the_schedulers(run_wml, 
     # a scheduler id that is no ID is still found
     other = reg.add(JobRecord(site="local-slurm", scheduler="slurm", job_id="987654", state="FAILED", exit_code=1))
     assert reg.resolve("987654")[0].id == other.id
+
+
+def test_a_bad_kill_wait_is_one_line_before_any_job_is_recorded(run_wml, tmp_path):
+    """WML_LOCAL_KILL_WAIT_S that is no number: one line, exit 2, no job directory and no job in
+    `wml jobs` (it was recorded, run and marked FAILED before)."""
+    proc = run_wml("submit", "-t", "8s", "/bin/true", env={"WML_LOCAL_KILL_WAIT_S": "abc"}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["wml: error: WML_LOCAL_KILL_WAIT_S='abc' must be a number of seconds >= 0"]
+    assert _jobs(run_wml) == []
+    assert not list(tmp_path.glob("wml-jobs/*"))
