@@ -37,6 +37,7 @@ STATIC_SET_CHECKS = [
     "hvd.init with a set listed twice or the global set listed: ValueError on every rank, nothing registered",
     "then hvd.init(process_sets=[[0], [1..]]) succeeds: ids 1 and 2, the global set keeps id 0 and all ranks",
     "a collective on a process set id never registered: ValueError (not InvalidArgumentError), eager and graph",
+    "DistributedGradientTape, tf.compat.v1 DistributedOptimizer on an id never registered: ValueError on every rank",
     "an allreduce on a registered set this rank is not in: InvalidArgumentError, eager and graph",
     "Keras: DistributedOptimizer on a process set id never registered raises ValueError",
     "a collective on a removed process set: ValueError when the op is made, as Horovod"]

@@ -63,6 +63,11 @@ calls = {"allreduce": lambda ps: hvd.allreduce(t, process_set=ps),
 for what, call in calls.items():
     why = value_error(lambda: call(fake), "process set 10 does not exist")
     report(f"unknown_id_{what}", not why, why)
+model = torch.nn.Linear(2, 1)
+why = value_error(lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                   named_parameters=model.named_parameters(), process_set=fake),
+                  "process set 10 does not exist")
+report("optimizer_unknown_id", not why, why)  # on rank 1 too, which is not in the set's ranks
 report("unknown_id_size", not value_error(fake.size, "process set 10 does not exist"), value_error(fake.size, ""))
 why = value_error(lambda: hvd.allreduce(t, process_set=other), "is not in process set")
 report("non_member_value_error", not why, why)

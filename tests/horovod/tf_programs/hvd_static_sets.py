@@ -87,6 +87,18 @@ def _():
     raises(fake.size, ValueError, "process set 10 does not exist")  # Horovod's size() asks the core
 
 
+@check("DistributedGradientTape, tf.compat.v1 DistributedOptimizer on an id never registered: ValueError on every rank")
+def _():
+    w = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * 2.0)
+    raises(lambda: hvd.DistributedGradientTape(tape, process_set=fake).gradient(loss, [w]), ValueError,
+           "process set 10 does not exist")
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), process_set=fake)
+    raises(lambda: opt.compute_gradients(lambda: tf.reduce_sum(w * 2.0), var_list=[w]), ValueError,
+           "process set 10 does not exist")  # rank 1 too, which is not in the set's ranks
+
+
 @check("an allreduce on a registered set this rank is not in: InvalidArgumentError, eager and graph")
 def _():
     other = second if me == 0 else first
