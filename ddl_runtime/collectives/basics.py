@@ -5,28 +5,32 @@ can ask for ``rank()`` before anything else.  Framework-free: imports neither to
 """
 from __future__ import annotations
 
-import ddl_runtime as _ddl
+
+def _ops():
+    from . import ops  # imports mpi4py: not at import (ddl_runtime.torch and .keras import this module)
+
+    return ops
 
 
 def init() -> None:
     """Initialise the runtime (idempotent)."""
-    if not _ddl.is_initialized():
-        _ddl.init()
+    if not _ops().is_initialized():
+        _ops().init()
 
 
 def rank() -> int:
     init()
-    return _ddl.rank()
+    return _ops().rank()
 
 
 def size() -> int:
     init()
-    return _ddl.size()
+    return _ops().size()
 
 
 def local_rank() -> int:
     init()
-    return _ddl.local_rank()
+    return _ops().local_rank()
 
 
 def is_root(root_rank: int = 0) -> bool:
@@ -37,4 +41,4 @@ def is_root(root_rank: int = 0) -> bool:
 def scale_lr(lr: float) -> float:
     """The learning rate for ``size()`` learners: ``lr * size()`` (DDL's linear scaling rule)."""
     init()
-    return _ddl.scale_lr(lr)
+    return _ops().scale_lr(lr)

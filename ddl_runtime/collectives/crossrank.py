@@ -11,8 +11,12 @@ from typing import List, Sequence
 
 import numpy as np
 
-import ddl_runtime as _ddl
 from ddl_runtime.errors import DDLMismatchError
+
+def _ops():
+    from . import ops  # imports mpi4py: not at import (ddl_runtime.torch and .keras import this module)
+
+    return ops
 
 
 def gather_rows(row: np.ndarray) -> np.ndarray:
@@ -22,10 +26,10 @@ def gather_rows(row: np.ndarray) -> np.ndarray:
     exact for float64 values (x + 0 == x).
     """
     n = int(row.shape[0])
-    mat = np.zeros((_ddl.size(), max(n, 1)), dtype=np.float64)
-    mat[_ddl.rank(), :n] = row
-    out = _ddl.allreduce(mat, op="sum")
-    return np.asarray(out, dtype=np.float64).reshape(_ddl.size(), max(n, 1))[:, :n]
+    mat = np.zeros((_ops().size(), max(n, 1)), dtype=np.float64)
+    mat[_ops().rank(), :n] = row
+    out = _ops().allreduce(mat, op="sum")
+    return np.asarray(out, dtype=np.float64).reshape(_ops().size(), max(n, 1))[:, :n]
 
 
 def gather_strings(text: str) -> List[str]:
@@ -51,7 +55,7 @@ def check_consistent(what: str, names: Sequence[str], descs: Sequence[str]) -> N
     ``names[i]`` names item i (e.g. a variable), ``descs[i]`` describes what must match (shape,
     dtype).  One small allreduce when everything agrees; a few more only to word the error.
     """
-    if _ddl.size() == 1:
+    if _ops().size() == 1:
         return
     counts = gather_rows(np.array([len(names)], dtype=np.float64))[:, 0].astype(int)
     if len(set(counts.tolist())) != 1:
@@ -62,10 +66,10 @@ def check_consistent(what: str, names: Sequence[str], descs: Sequence[str]) -> N
             extra = [n for n in other if n not in mine]
             missing = [n for n in names if n not in set(other)]
             if extra:
-                detail = f"; {what} {extra[0]!r} exists on rank {r} but not on rank {_ddl.rank()}"
+                detail = f"; {what} {extra[0]!r} exists on rank {r} but not on rank {_ops().rank()}"
                 break
             if missing:
-                detail = f"; {what} {missing[0]!r} exists on rank {_ddl.rank()} but not on rank {r}"
+                detail = f"; {what} {missing[0]!r} exists on rank {_ops().rank()} but not on rank {r}"
                 break
         counts_txt = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
         raise DDLMismatchError(f"ranks hold different numbers of {what}s ({counts_txt}){detail}")

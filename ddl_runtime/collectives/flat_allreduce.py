@@ -32,14 +32,14 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .. import runtime as _rt
-from ..buffers import as_tensor
-from ..engine import Handle
+from ..state import runtime as _rt
+from ..engine.buffers import as_tensor
+from ..engine.engine import Handle
 from ..errors import DDLError, DDLInputError
-from ..ops import REDUCE_N_OPS, _check_avg, _check_op, _describe, _entry, allreduce_n_async
-from .output_pool import aligned_bytes
-from .group import SMALL_BYTES, sum_in_rank_order
-from ..signature import digest, raise_mismatch
+from .ops import REDUCE_N_OPS, _check_avg, _check_op, _describe, _entry, allreduce_n_async
+from ..transports.shm.output_pool import aligned_bytes
+from ..transports.shm.group import SMALL_BYTES, sum_in_rank_order
+from ..engine.signature import digest, raise_mismatch
 from ..timeline import TID_HOST, TID_MPI
 
 WHAT = "allreduce_n_async"

@@ -36,16 +36,16 @@ from typing import List, Optional, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .. import kernels
-from ..buffers import TensorRef, _dtype_name
+from ..engine import kernels
+from ..engine.buffers import TensorRef, _dtype_name
 from ..errors import DDLError
-from ..negotiation import SLOT_BYTES
-from ..ops import _cut
-from .output_pool import RESULTS
-from .output_pool import aligned_bytes
-from ..response_cache import CARRY_BYTES
-from .group import ALIGN, UFUNCS, ShmGroup, sum_in_rank_order
-from ..signature import digest
+from .negotiation import SLOT_BYTES
+from .ops import _cut
+from ..transports.shm.output_pool import RESULTS
+from ..transports.shm.output_pool import aligned_bytes
+from .response_cache import CARRY_BYTES
+from ..transports.shm.group import ALIGN, UFUNCS, ShmGroup, sum_in_rank_order
+from ..engine.signature import digest
 
 OPS = {"sum": "sum", "average": "sum", "min": "min", "max": "max"}  # Horovod's op -> group.py's ufunc
 DTYPES = frozenset(("float16", "float32", "float64", "int32", "int64"))

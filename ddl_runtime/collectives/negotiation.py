@@ -25,20 +25,18 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
 
-from . import adasum, kernels
-from . import log as _log
-from .errors import DDLError, DDLInputError, DDLMismatchError
-from .shm.output_pool import RESULTS
+from . import adasum
+from ..engine import kernels
+from ..core import log as _log
+from ..errors import DDLError, DDLInputError, DDLMismatchError
+from ..transports.shm.output_pool import RESULTS
 from .response_cache import CAPACITY, PER_ROUND, ResponseCache
-from .timeline import TID_API, TID_MPI
-
-if TYPE_CHECKING:
-    from .shm.negotiated import NegotiatedShm
+from ..timeline import TID_API, TID_MPI
 
 SLOT_BYTES = 1024  # per rank and round; longer descriptor lists follow in a second allgather
 HEADER = 16  # a slot: pickled bytes, cached ids (int64 each), then the pickled descriptors
@@ -477,7 +475,9 @@ class Controller:
         return None
 
     # -- execution ----------------------------------------------------------------------------
-    shm: Optional["NegotiatedShm"] = None  # the global set on one host: allreduces in shared memory
+    # the global set on one host: allreduces in shared memory (a negotiated.NegotiatedShm, set by
+    # process_sets.py; not imported here: negotiated.py builds on this module's slots)
+    shm: Optional[Any] = None
     _submitting = False
 
     def _post_allreduce(self, key, group) -> None:
@@ -525,8 +525,8 @@ class Controller:
         """A fused group of device tensors ("<dtype>@<device>"), in the negotiated order: reduced on the
         device through the runtime's process group (gpu/nccl.py), no host copy.  Outputs of None get
         the input's values in a new tensor; a joined rank contributes zeros on its device."""
-        from .gpu import nccl
-        from . import runtime
+        from ..transports.gpu import nccl
+        from ..state import runtime
         torch = sys.modules["torch"]
         op, prescale, postscale = key[1]
         rt = runtime.current()
@@ -762,7 +762,7 @@ class _BlockingFlight(kernels.InFlight):
 
 
 class _ShmFlight(_BlockingFlight):
-    """An allreduce group for the global set's shared memory (shm/negotiated.py)."""
+    """An allreduce group for the global set's shared memory (collectives/negotiated.py)."""
 
     def run(self, ctl: Controller) -> None:
         results = ctl.shm.allreduce(*self.args)

@@ -17,17 +17,17 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from mpi4py import MPI
 
-from . import runtime as _rt
-from .algorithms import MPI_OPS, MPI_TYPES, split_counts
-from .buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, is_torch_tensor, new_like
-from .gpu.devices import device_problem
-from .fusion import plan_buckets
-from .shm.output_pool import RESULTS, packed_layout
-from .refcache import RefCache
-from .errors import DDLError, DDLInputError
-from .engine import Handle
-from .signature import agreed, agreement_buffer, digest, raise_mismatch, with_device_problem
-from .timeline import TID_MPI
+from ..state import runtime as _rt
+from ..engine.algorithms import MPI_OPS, MPI_TYPES, split_counts
+from ..engine.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, is_torch_tensor, new_like
+from ..transports.gpu.devices import device_problem
+from ..engine.fusion import plan_buckets
+from ..transports.shm.output_pool import RESULTS, packed_layout
+from ..engine.refcache import RefCache
+from ..errors import DDLError, DDLInputError
+from ..engine.engine import Handle
+from ..engine.signature import agreed, agreement_buffer, digest, raise_mismatch, with_device_problem
+from ..timeline import TID_MPI
 
 REDUCE_OPS = ("sum", "avg", "min", "max")
 SMALL_BYTES = 64 * 1024  # single tensors up to this size skip the bucket engine (flat algorithm)
@@ -126,7 +126,7 @@ def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
 
 
 def _on_device(refs: Sequence[TensorRef]) -> bool:
-    """True when any tensor is off the CPU: the call takes the device path (ddl_runtime.gpu).
+    """True when any tensor is off the CPU: the call takes the device path (ddl_runtime.transports.gpu).
     A device other than cpu/cuda (meta, mps, ...) is refused here, before any communication."""
     for ref in refs:
         if ref.device not in ("cpu", "cuda"):
@@ -149,7 +149,7 @@ def _agree_devices(rt: "_rt.Runtime", what: str, signature, refs: Sequence[Tenso
 
 def _device_start(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature, results: list):
     """A reduction of device tensors (into their `out` tensors when set); returns its handle."""
-    from . import gpu
+    from ..transports import gpu
     _agree_devices(rt, what, signature, refs, gpu.state(rt).index)
     targets = []
     for ref in refs:
@@ -559,7 +559,7 @@ def bcast_n(tensors: Sequence[Any], root: int = 0, names: Optional[Sequence[str]
     what = _describe("bcast", refs)
     signature = (("bcast", root), tuple(_entry(r) for r in refs))
     if _on_device(refs):
-        from . import gpu
+        from ..transports import gpu
         _agree_devices(rt, what, signature, refs, gpu.state(rt).index)
         gpu.bcast(rt, refs, root, lambda hosts: _bcast_refs(rt, [as_tensor(h, r.name) for h, r in zip(hosts, refs)],
                                                             root))
@@ -597,7 +597,7 @@ def allgather(x: Any, name: Optional[str] = None) -> Any:
     what = _describe("allgather", [ref])
     signature = (("allgather",), (_entry(ref, ("*",) + tuple(shape[1:])),))
     if _on_device([ref]):
-        from . import gpu
+        from ..transports import gpu
         _agree_devices(rt, what, signature, [ref], gpu.state(rt).index)
         return gpu.allgather(rt, ref, lambda host: _gather(rt, as_tensor(host, name, writable=False)))
     rt.timeline.begin("allgather", {"tensor": name})

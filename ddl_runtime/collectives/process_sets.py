@@ -10,9 +10,9 @@ from typing import Dict, List, Optional, Sequence
 
 from mpi4py import MPI
 
-from . import runtime as _rt
-from .errors import DDLError, DDLInputError
-from .shm.negotiated import NegotiatedShm
+from ..state import runtime as _rt
+from ..errors import DDLError, DDLInputError
+from .negotiated import NegotiatedShm
 from .negotiation import Controller
 
 

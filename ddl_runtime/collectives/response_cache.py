@@ -6,7 +6,7 @@ descriptor.  Ids are handed out when such a request runs, in table order, so eve
 numbers alike; a receiver turns an id back into the full descriptor, so matching by name,
 mismatches, refusals and joins go through the table exactly as before.
 
-On one host (shm/negotiated.py) a cached small allreduce (one dtype, float32/64 or
+On one host (collectives/negotiated.py) a cached small allreduce (one dtype, float32/64 or
 int32/64, sum / average / min / max without scale factors, the same set shm/group.py's one-barrier
 path takes) also carries its data in the round's shared-memory exchange.  When every rank
 announced it, with its data, in the same round and no rank has joined, the round itself has
@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .shm.output_pool import ALIGN
-from .shm.group import SMALL_BYTES
+from ..transports.shm.output_pool import ALIGN
+from ..transports.shm.group import SMALL_BYTES
 
 CARRY_BYTES = SMALL_BYTES  # per rank and round: the cached small allreduces' data
 CAPACITY = 4096  # descriptors remembered by default (Horovod's default cache holds 1024); 0: no cache

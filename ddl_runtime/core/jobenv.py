@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-from .errors import DDLInputError
+from ..errors import DDLInputError
 from .topology import Mode, parse_mode
 
 DEFAULT_STALL_WARNING_S = 60.0

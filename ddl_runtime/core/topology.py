@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from .errors import DDLInputError
+from ..errors import DDLInputError
 
 LEVEL_NAMES = ("node", "rack", "aisle", "top")
 _MODE = re.compile(r"^p:(\d+(?:x\d+){0,3})$")

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .errors import DDLInputError
+from ..errors import DDLInputError
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -128,7 +128,7 @@ def _from_torch(t: Any, name: str, writable: bool) -> TensorRef:
     if writable and t.is_inference() and not torch.is_inference_mode_enabled():
         raise DDLInputError(f"tensor '{name}' is an inference tensor and cannot be written in place")
     if not t.is_cpu:
-        # GPU tensors take the device path (ddl_runtime.gpu); no numpy view exists.
+        # GPU tensors take the device path (ddl_runtime.transports.gpu); no numpy view exists.
         return TensorRef(t, name, dtype_name, tuple(t.shape), None, "torch", t.device.type, index=t.device.index)
     d = t.detach() if t.requires_grad else t  # a gradient needs no detach (half of this call's cost)
     if dtype_name == "bfloat16":

@@ -21,8 +21,8 @@ from mpi4py import MPI
 from .algorithms import Algorithms, Chain
 from .fusion import BucketSpec, Pool
 from .buffers import TensorRef, store_result, widen
-from .errors import DDLError
-from .timeline import LANES, TID_HOST, TID_MPI, ref_rows
+from ..errors import DDLError
+from ..timeline import LANES, TID_HOST, TID_MPI, ref_rows
 
 YIELD_AFTER_S = 50e-6
 
@@ -82,7 +82,7 @@ class Engine:
         self.queued: Deque[Bucket] = deque()
         self.active: List[Bucket] = []
         self._counter = 0
-        # called while a wait polls: progresses the negotiated stream (shm/negotiated.py), whose
+        # called while a wait polls: progresses the negotiated stream (collectives/negotiated.py), whose
         # peers may be blocked on this rank in shared memory; set, waits poll instead of blocking
         self.idle: Optional[Callable[[], None]] = None
 

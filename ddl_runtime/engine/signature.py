@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .errors import DDLInputError, DDLMismatchError
+from ..errors import DDLInputError, DDLMismatchError
 
 Signature = Tuple  # (operation description, ((name, dtype, shape), ...))
 DEVICE_PROBLEM = "device problem"  # a head item (DEVICE_PROBLEM, text): this rank's tensors are misplaced

@@ -8,12 +8,12 @@
     grads = tape.gradient(loss, model.trainable_variables)
     ddl.broadcast_variables(model.variables, root_rank=0)  # once, after the first step
 
-Every collective is the numpy one of :mod:`ddl_runtime.ops` (one engine: fusion, the
+Every collective is the numpy one of :mod:`ddl_runtime.collectives.ops` (one engine: fusion, the
 topology-aware algorithms, mismatch detection, the stall inspector and the timeline); this
 module only moves tensors in and out:
 
 - **eagerly**, on the CPU, the engine reads TensorFlow's own buffer (no ``numpy()`` copy);
-  ``allreduce_n`` reduces out of place (:func:`ddl_runtime.ops.allreduce_n_into`) into 64-byte
+  ``allreduce_n`` reduces out of place (:func:`ddl_runtime.collectives.ops.allreduce_n_into`) into 64-byte
   aligned host memory from a reused pool, which becomes the result ``tf.Tensor`` through DLPack
   without another copy; the single-tensor collectives reduce a host copy in place;
 - **inside ``tf.function``** the same call runs through ``tf.numpy_function`` (stateful, so
@@ -54,15 +54,15 @@ from tensorflow.python.eager import record as _tf_record
 from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 
 import ddl_runtime as _ddl
-from ddl_runtime.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
+from ddl_runtime.engine.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
-from ddl_runtime.shm.output_pool import ALIGN, RESULTS, packed_layout
+from ddl_runtime.transports.shm.output_pool import ALIGN, RESULTS, packed_layout
 from ddl_runtime.checkpoint.tensorflow import Checkpointer  # noqa: F401  (training that outlives a job)
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "barrier", "allreduce", "allreduce_n", "allreduce_n_async", "bcast", "bcast_n", "allgather",
-    "DistributedGradientTape", "broadcast_variables", "DistributedOptimizer", "shard", "scale_lr",
+    "DistributedGradientTape", "broadcast_variables", "shard", "scale_lr",
     "last_error", "take_error", "DDLError", "DDLInputError", "DDLMismatchError", "Checkpointer",
 ]
 
@@ -673,10 +673,3 @@ class DistributedGradientTape:
         for i, r in zip(present, reduced):
             out[i] = r
         return tf.nest.pack_sequence_as(grads, out)
-
-
-def DistributedOptimizer(optimizer: Any, op: str = "avg") -> Any:
-    """A Keras optimizer that averages gradients over ranks before every update (see ddl_runtime.keras)."""
-    from ddl_runtime import keras as _keras
-
-    return _keras.DistributedOptimizer(optimizer, op=op)

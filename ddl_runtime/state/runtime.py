@@ -17,15 +17,16 @@ from typing import Optional
 
 from mpi4py import MPI
 
-from . import log as _log
-from .algorithms import Algorithms, Level
-from .engine import Engine
-from .errors import DDLError
-from .jobenv import JobEnvironment
-from .shm.group import open_group
-from .timeline import NullTimeline, Timeline
-from .topology import LEVEL_NAMES, hierarchy_for
-from .watchdog import Watchdog
+from ..core import log as _log
+from . import hooks as _hooks
+from ..engine.algorithms import Algorithms, Level
+from ..engine.engine import Engine
+from ..errors import DDLError
+from ..core.jobenv import JobEnvironment
+from ..transports.shm.group import open_group
+from ..timeline import NullTimeline, Timeline
+from ..core.topology import LEVEL_NAMES, hierarchy_for
+from ..core.watchdog import Watchdog
 
 DEFAULT_FUSION_MB = 4.0
 MAX_INFLIGHT = 2
@@ -68,7 +69,7 @@ class Runtime:
         self.small = world.Dup()  # single small allreduce calls (ops.allreduce's latency path)
         self.topology, algorithms = self._build_algorithms(hierarchy)
         self.local_gpuid = self.env.gpu_for_local_rank(self.topology.local_rank)
-        self.gpu = None  # ddl_runtime.gpu's state (every rank's GPU, the transport, staging buffers)
+        self.gpu = None  # ddl_runtime.transports.gpu's state (every rank's GPU, the transport, staging buffers)
         epoch = self.control.bcast(time.time(), root=0)
         self.timeline = Timeline(self.env.timeline, self.rank, self.size, epoch) if self.env.timeline else NullTimeline()
         self.watchdog = Watchdog(self.side, self.env.stall_warning_s, self.env.stall_shutdown_s, self.abort)
@@ -81,7 +82,7 @@ class Runtime:
         self.plans: dict = {}
         self.finalized = False
         self._select_gpu()
-        from .gpu import transport
+        from ..transports.gpu import transport
         self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
         if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
             self.watchdog.start_thread()  # else the engine polls and runs the checks itself
@@ -168,7 +169,7 @@ class Runtime:
         if missing:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
-        gpu = sys.modules.get(__package__ + ".gpu")
+        gpu = sys.modules.get("ddl_runtime.transports.gpu")  # only when a CUDA collective loaded it
         if gpu is not None:
             gpu.shutdown()  # the NCCL process group the runtime created, if any
         if not missing:
@@ -217,8 +218,8 @@ def init() -> Runtime:
     if _runtime is None:
         _runtime = Runtime()
         _install_hooks()
-        from .checkpoint import stop
-        stop.install()  # the handler for $WML_STOP_SIGNAL (checkpoint/protocol.py), when it is set
+        for hook in list(_hooks.AT_INIT):
+            hook()  # the handler for $WML_STOP_SIGNAL (checkpoint/stop.py), registered by ddl_runtime/__init__.py
     return _runtime
 
 

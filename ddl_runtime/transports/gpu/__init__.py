@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..buffers import TensorRef
+from ...engine.buffers import TensorRef
 from . import mpi, nccl
 from .host import Staging
 from .transport import agree, state

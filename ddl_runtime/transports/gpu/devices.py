@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from ..buffers import TensorRef
+from ...engine.buffers import TensorRef
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Sequence
 
 from mpi4py import MPI
 
-from ..algorithms import MPI_OPS
-from ..buffers import TensorRef
+from ...engine.algorithms import MPI_OPS
+from ...engine.buffers import TensorRef
 
 MPI_CUDA_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T, "int64": MPI.INT64_T}
 

@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Callable, List, Sequence
 
-from ..errors import DDLError
+from ...errors import DDLError
 
 _group = None
 _owned = False  # True when the runtime created the process group (finalize destroys it)

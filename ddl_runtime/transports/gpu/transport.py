@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..errors import DDLError, DDLInputError, DDLMismatchError
+from ...errors import DDLError, DDLInputError, DDLMismatchError
 from .devices import GpuIdentity, local_identity, rank_gpu_index, shared_gpus
 
 ENV = "DDL_GPU_TRANSPORT"

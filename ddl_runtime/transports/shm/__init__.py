@@ -6,8 +6,10 @@
   reduction reads them where they are.
 * results.py: `SharedResults`, out-of-place results in shared memory, written by the peers.
 * output_pool.py: aligned host arrays for out-of-place results, reused once nothing sees them.
-* flat_allreduce.py: `FlatAllreduce`, one flat bucket reduced step after step in the arena.
-* negotiated.py: `NegotiatedShm`, Horovod's name-negotiated allreduces in windows of their own.
+
+Built on it in ddl_runtime/collectives/: flat_allreduce.py (`FlatAllreduce`, one flat bucket reduced
+step after step in the arena) and negotiated.py (`NegotiatedShm`, Horovod's name-negotiated
+allreduces in windows of their own).
 
 Nothing is re-exported here: import from the module that holds the name.
 """

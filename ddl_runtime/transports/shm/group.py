@@ -61,13 +61,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms import split_counts
-from ..buffers import TensorRef, store_result, widen
-from ..log import log
+from ...engine.algorithms import split_counts
+from ...engine.buffers import TensorRef, store_result, widen
+from ...core.log import log
 from .output_pool import aligned_bytes
 from .heap import SharedHeap
 from .results import SharedResults
-from ..timeline import TID_HOST, TID_MPI, ref_rows
+from ...timeline import TID_HOST, TID_MPI, ref_rows
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs),
 #                  word(even), word(odd), ...]

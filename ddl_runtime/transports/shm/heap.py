@@ -35,9 +35,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from mpi4py import MPI
 
-from ..algorithms import split_counts
-from ..buffers import TensorRef
-from ..timeline import TID_MPI, ref_rows
+from ...engine.algorithms import split_counts
+from ...engine.buffers import TensorRef
+from ...timeline import TID_MPI, ref_rows
 
 SEGMENT_BYTES = 64 << 20
 NO_ROOM = {"shared_zeros": "shared_zeros hands out ordinary memory (reduced through the arena or MPI)",

@@ -34,10 +34,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..buffers import TensorRef, _dtype_name
+from ...engine.buffers import TensorRef, _dtype_name
 from .output_pool import ALIGN, packed_layout
 from .heap import PIECE_BYTES, UFUNCS
-from ..timeline import TID_HOST, TID_MPI, ref_rows
+from ...timeline import TID_HOST, TID_MPI, ref_rows
 
 RESULT_BYTES = 2 << 30  # shared memory kept for results, every layout together
 MIN_BYTES = 256 << 10  # smaller calls take the one-barrier small path (shm.SMALL_BYTES)
