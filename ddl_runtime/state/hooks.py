@@ -2,7 +2,7 @@
 
 ddl_runtime/__init__.py registers checkpoint/stop.py's `install` here: the handler for
 $WML_STOP_SIGNAL is in place as soon as the runtime starts, whether or not the script ever
-imports ddl_runtime.checkpoint.  Importing this module imports nothing.
+imports ddl_runtime.checkpoint.  This module imports nothing of ddl_runtime (nor MPI).
 """
 from __future__ import annotations
 
