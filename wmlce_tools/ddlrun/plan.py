@@ -190,7 +190,7 @@ def _check_mode(text: Optional[str], layout: Layout) -> str:
     if text is None:
         return layout.mode
     from ddl_runtime.errors import DDLInputError
-    from ddl_runtime.topology import parse_mode
+    from ddl_runtime.core.topology import parse_mode
 
     try:
         mode = parse_mode(text, source="--mode")

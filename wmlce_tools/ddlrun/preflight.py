@@ -25,7 +25,7 @@ PROBE = r"""
 import json, sys
 out = {"python": sys.version.split()[0]}
 try:
-    import ddl_runtime, ddl_runtime.jobenv
+    import ddl_runtime, ddl_runtime.core.jobenv
     from wmlce_tools import __version__
     from wmlce_tools.site.detect import count_gpus
     out.update(runtime=__version__, gpus=count_gpus())

@@ -1,7 +1,7 @@
 """Horovod process sets: ProcessSet, global_process_set, add_process_set, remove_process_set.
 
 A ProcessSet names a subset of ranks; collectives given `process_set=` run among those
-ranks only, negotiated separately from the rest (ddl_runtime.process_sets).  Adding and
+ranks only, negotiated separately from the rest (ddl_runtime.collectives.process_sets).  Adding and
 removing are collective over the whole job, as in Horovod with dynamic process sets.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from ...errors import DDLInputError
 
 
 def _rt():
-    from ... import runtime  # imports mpi4py: only when the job is asked about
+    from ...state import runtime  # imports mpi4py: only when the job is asked about
 
     return runtime
 
 
 def _registry():
-    from ... import process_sets  # imports mpi4py: only once a set is used
+    from ...collectives import process_sets  # imports mpi4py: only once a set is used
 
     return process_sets.registry()
 
@@ -98,6 +98,13 @@ def check_known(process_set: Any, what: str) -> None:
         raise ValueError(f"{what}: {process_set} is not registered; call hvd.add_process_set() first")
     if process_set.process_set_id not in _registry().ranks:
         raise ValueError(f"{what}: process set {process_set.process_set_id} does not exist (removed, or never added)")
+
+
+def is_global(process_set: Any) -> bool:
+    """None or the global set (or another ProcessSet object naming it, id 0)."""
+    if process_set is None:
+        return True
+    return process_set is global_process_set or getattr(process_set, "process_set_id", None) == 0
 
 
 def controller_for(process_set: Optional[ProcessSet], what: str):
@@ -184,6 +191,6 @@ def _stop() -> None:
     for same in [ps for sets in _aliases.values() for ps in sets]:
         same.process_set_id = None
     _aliases.clear()
-    from ... import process_sets
+    from ...collectives import process_sets
 
     process_sets.reset()

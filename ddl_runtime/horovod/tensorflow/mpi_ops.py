@@ -1,4 +1,4 @@
-"""horovod.tensorflow's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.negotiation).
+"""horovod.tensorflow's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.collectives.negotiation).
 
 The same engine as horovod.torch: a request is matched across the ranks of its process set by
 name, so disagreements (shape, dtype, op, root, splits) fail on every rank with one line
@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from ddl_runtime.errors import DDLError, DDLInputError
-from ddl_runtime.tensorflow import _source, _to_tensor, _with_gradient
-from ddl_runtime.kernels import scatter_rows
-from ddl_runtime.negotiation import Request
+from ddl_runtime.frameworks.tensorflow import _source, _to_tensor, _with_gradient
+from ddl_runtime.engine.kernels import scatter_rows
+from ddl_runtime.collectives.negotiation import Request
 
 from ..common.basics import Adasum, Average, Sum, local_rank, local_size, reduce_op  # noqa: F401
 from ..common.process_sets import check_known, controller_for, global_process_set
