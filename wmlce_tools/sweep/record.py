@@ -44,6 +44,7 @@ class SweepRecord:
     job_ids: List[str] = field(default_factory=list)    # each submission's (1: the sweep, 2..: resumes)
     created: float = field(default_factory=time.time)
     why: str = ""                      # why array or packed (the dry run says it too)
+    pack: Optional[dict] = None        # packed: {"allocation": ..., "need": ..., "gpu_env": ...}
 
     @property
     def size(self) -> int:

@@ -11,6 +11,7 @@ walltime) goes to the trial's process group and the trial is recorded CANCELLED.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -121,7 +122,9 @@ def main_args(argv: List[str]) -> int:
     for pos in range(first, len(indices), max(1, a.stride)):
         if _Stop.signum is not None:
             break
-        code = run_trial(run_dir, rec, indices[pos], command)
+        placement = os.environ.get("WML_TRIAL_PLACEMENT")
+        code = run_trial(run_dir, rec, indices[pos], command,
+                         placement=json.loads(placement) if placement else None)
         status = status or code
     return status
 
