@@ -99,7 +99,8 @@ def _packed_request(site: SiteProfile, req: ResourceRequest) -> ResourceRequest:
 
 def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], trials: Sequence[Trial],
                opts: SweepOptions, run_dir: Path, *, preview: bool = False, run_id: Optional[str] = None,
-               only: Optional[Sequence[int]] = None, submit_index: int = 1) -> SweepPlan:
+               only: Optional[Sequence[int]] = None, submit_index: int = 1,
+               workdir: Optional[Path] = None) -> SweepPlan:
     """Validate the whole sweep.  ``only``: the trials a resume reruns (else all)."""
     if not trials:
         raise WmlError("empty sweep: give --param NAME=V1,V2, --params-file FILE or --seeds N")
@@ -110,11 +111,12 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     mode, why = choose_mode(site, len(todo), opts)
     if mode == "packed":
         req = _packed_request(site, req)
-    trial_plan = plan_job(site, req, program, jobdir=jobdir, preview=preview)
+    trial_plan = plan_job(site, req, program, jobdir=jobdir, workdir=workdir, preview=preview)
     ddlrun = sh_join(trial_plan.ddlrun_argv)
     rec = record.SweepRecord(run_id=run_id or run_dir.name, site=site.name, scheduler=site.scheduler, mode=mode,
                              program=list(program), trials=[t.values for t in trials],
-                             max_running=opts.max_running, pack_nodes=opts.pack, why=why)
+                             max_running=opts.max_running, pack_nodes=opts.pack, why=why,
+                             request=dataclasses.asdict(req), workdir=str(workdir or Path.cwd()))
     only_env = (("WML_SWEEP_ONLY", ",".join(map(str, todo))),) if only is not None else ()
     if mode == "array":
         spec = array_spec(site.scheduler, len(todo), opts.max_running, req.job_name)
@@ -130,7 +132,8 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
             rec = dataclasses.replace(rec, why=why)
         if spec.per_element > 1 and plan.walltime:    # PBS Pro --max-running: trials one after another
             plan = plan_job(site, dataclasses.replace(req, walltime=plan.walltime * spec.per_element,
-                                                      walltime_s=None), program, jobdir=jobdir, preview=preview)
+                                                      walltime_s=None), program, jobdir=jobdir, workdir=workdir,
+                                                      preview=preview)
         out = array_output(site.scheduler, plan.output) if not req.output else plan.output
         err = array_output(site.scheduler, plan.error) if not req.error and not req.output else plan.error
         plan = dataclasses.replace(plan, output=out, error=err, exports=(*plan.exports, *only_env),
@@ -145,7 +148,7 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
         job_name=req.job_name, output=req.output, error=req.error, after=req.after, conda_env=req.conda_env,
         modules=req.modules, exports=req.exports, alloc_flags=req.alloc_flags, stage_env=req.stage_env,
         threads_per_core=req.threads_per_core)
-    alloc_plan = plan_job(site, alloc_req, program, jobdir=jobdir, preview=preview)
+    alloc_plan = plan_job(site, alloc_req, program, jobdir=jobdir, workdir=workdir, preview=preview)
     node = alloc_plan.layout.node_spec
     alloc = Allocation(nodes=nodes, gpus_per_node=node.gpus, cores_per_node=node.cores)
     need = need_of(lay, alloc, oversubscribe=site.scheduler == "local")

@@ -45,6 +45,8 @@ class SweepRecord:
     created: float = field(default_factory=time.time)
     why: str = ""                      # why array or packed (the dry run says it too)
     pack: Optional[dict] = None        # packed: {"allocation": ..., "need": ..., "gpu_env": ...}
+    request: Optional[dict] = None     # one trial's ResourceRequest (wml sweep resume plans it again)
+    workdir: Optional[str] = None      # where the sweep was submitted from (relative program paths)
 
     @property
     def size(self) -> int:

@@ -23,7 +23,8 @@ def new_run_dir(base: Path, name: str) -> Path:
     return new_jobdir(base, name)
 
 
-def write_run_dir(sp: SweepPlan) -> None:
+def write_run_dir(sp: SweepPlan, extra: Optional[dict] = None) -> None:
+    """The run directory, whole: sweep.json, trials/ and ``extra`` (name -> bytes)."""
     final = sp.run_dir
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -33,6 +34,8 @@ def write_run_dir(sp: SweepPlan) -> None:
     try:
         (tmp / "trials").mkdir()
         record.save(tmp, sp.record)
+        for name, data in (extra or {}).items():
+            (tmp / name).write_bytes(data)
         os.rename(tmp, final)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
