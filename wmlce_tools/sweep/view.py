@@ -217,3 +217,39 @@ def status_lines(v: SweepView) -> List[str]:
         wall = f"{t.walltime_s:.1f}s" if t.walltime_s is not None else "-"
         out.append(f"  trial {t.index:<4} {t.state:<10} exit {_fmt(t.exit_code):<4} {wall:>8}  {params}")
     return out
+
+
+def trial_logs(v: SweepView, index: int, follow: bool = False, out=None, poll_s: float = 0.5) -> int:
+    """Trial ``index``'s output; ``follow``: until the trial has ended.  Returns 0."""
+    import sys
+    import time
+
+    out = out or sys.stdout
+    if not 0 <= index < v.rec.size:
+        raise WmlError(f"--trial {index}: sweep {v.rec.run_id} has trials 0..{v.rec.size - 1}")
+    path = record.trial_dir(v.run_dir, index) / record.OUTPUT_FILE
+    pos = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos += len(chunk)
+            out.write(chunk.decode(errors="replace"))
+            out.flush()
+        except FileNotFoundError:
+            if not follow:
+                st = v.trials[index].state
+                out.write(f"trial {index} has no output yet ({st})\n")
+                return 0
+        if not follow:
+            return 0
+        st = record.read_state(v.run_dir, index) or {}
+        if st.get("state") in (record.COMPLETED, record.FAILED, record.CANCELLED):
+            follow = False          # one last read
+            continue
+        fresh = view(v.run_dir, v.rec)
+        if not fresh.live:
+            follow = False
+            continue
+        time.sleep(poll_s)
