@@ -47,34 +47,25 @@ class RemoteError(WmlError):
 
 
 # -- the request ----------------------------------------------------------------------------
-def request(site: Optional[str] = None, *, nodes: int = 1, ranks_per_node=None, gpus_per_rank=None,
-            ranks_per_gpu=None, cores_per_rank=None, threads_per_core=None, walltime=None, queue=None,
-            project=None, job_name: str = "wml-job", output=None, error=None, env=None, module=(),
-            export: Union[Sequence[str], Dict[str, str], None] = None, after=None, rack_contiguous=False,
-            alloc_flags=(), gpu_binding=None, stage_env=None, horovod: bool = False):
-    """(SiteProfile, ResourceRequest) from ``wml submit``'s options; everything checked."""
-    from .resources import ResourceRequest, parse_exports
-    from .site.registry import choose_site
-    from .walltime import parse_duration_s
+def job_options(opts=None, **options):
+    """The one JobOptions (``wml submit``'s options, ``wmlce_tools.options``): ``opts`` as given,
+    else built from keyword options (an unknown name is one WmlError naming the closest)."""
+    from .options import JobOptions
 
-    if isinstance(export, dict):
-        export = [f"{k}={v}" for k, v in export.items()]
-    export = list(export or []) + (["WML_HOROVOD=1"] if horovod else [])
-    walltime_s = parse_duration_s(str(walltime)) if walltime is not None else None
-    if isinstance(module, str):
-        module = (module,)
-    if isinstance(alloc_flags, str):
-        alloc_flags = (alloc_flags,)
-    req = ResourceRequest(
-        nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank, ranks_per_gpu=ranks_per_gpu,
-        cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
-        walltime=-(-walltime_s // 60) if walltime_s is not None else None, walltime_s=walltime_s,
-        queue=queue, project=project, job_name=job_name, output=output, error=error, after=after,
-        conda_env=env, modules=tuple(module or ()), exports=parse_exports(export),
-        rack_contiguous=rack_contiguous,
-        alloc_flags=tuple(w for text in alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=gpu_binding, stage_env=stage_env)
-    return choose_site(site), req
+    if opts is not None and options:
+        raise WmlError(f"give the job options either as opts= or as keywords, not both ({', '.join(options)})")
+    return opts if opts is not None else JobOptions.of(**options)
+
+
+def request(opts):
+    """(SiteProfile, ResourceRequest) of a JobOptions, everything checked."""
+    from .options import request_from
+    from .site.registry import choose_site
+
+    if opts.chain is not None or opts.checkpoint_dir is not None or opts.signal_margin is not None:
+        raise WmlError("--chain, --checkpoint-dir and --signal-margin do not go with a sweep (each trial is one job)")
+    req, _ = request_from(opts)
+    return choose_site(opts.site), req
 
 
 def _base_dir() -> Path:
@@ -83,13 +74,13 @@ def _base_dir() -> Path:
 
 # -- sweeps ---------------------------------------------------------------------------------
 def plan(program: Sequence[str], trials, *, max_running: Optional[int] = None, pack: Optional[int] = None,
-         preview: bool = False, run_dir: Optional[Path] = None, **options):
+         preview: bool = False, run_dir: Optional[Path] = None, opts=None, **options):
     """The checked SweepPlan of ``program`` over ``trials`` (nothing written)."""
     from .sweep.plan import SweepOptions, plan_sweep
     from .sweep.submit import new_run_dir
 
     sweep_opts = SweepOptions(max_running=max_running, pack=pack)   # checked before the site
-    profile, req = request(**options)
+    profile, req = request(job_options(opts, **options))
     run_dir = run_dir or new_run_dir(_base_dir(), req.job_name)
     return plan_sweep(profile, req, list(program), trials, sweep_opts, run_dir, preview=preview)
 
@@ -248,7 +239,11 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
     trials = [Trial(i, (("call", str(i)),)) for i in range(len(calls))]
     if not trials:
         raise WmlError("map: the list is empty")
-    options.setdefault("job_name", f"py-{getattr(fn, '__name__', 'fn')}".replace("<", "").replace(">", "")[:40])
+    opts = job_options(options.pop("opts", None), **options)
+    if opts.job_name == "wml-job":
+        name = "".join(c for c in f"py-{getattr(fn, '__name__', 'fn')}" if c.isalnum() or c in "-_.")[:40]
+        opts = opts.replace(job_name=name)
+    options = {"opts": opts}
     program = [sys.executable, "-m", "wmlce_tools.remote", "{call}"]
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
     write_run_dir(sp, extra={CALLS_FILE: blob})

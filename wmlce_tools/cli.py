@@ -34,6 +34,7 @@ class _LazyGroup(TyperGroup):
         "status": ("wmlce_tools.jobs.cli", "register"),
         "cancel": ("wmlce_tools.jobs.cli", "register"),
         "logs": ("wmlce_tools.jobs.cli", "register"),
+        "sweep": ("wmlce_tools.sweep.cli", "app"),
     }
 
     def list_commands(self, ctx):
@@ -266,7 +267,7 @@ def _run(argv: Optional[List[str]]) -> Optional[int]:
 #: render/submit options that take no value (every other option before the program takes one)
 _FLAGS = {*flag_options(), "--dry-run", "--interactive", "--json", "--wait", "--help", "-h"}
 #: commands whose options come before a program (they take JobOptions)
-JOB_COMMANDS = ("render", "submit")
+JOB_COMMANDS = ("render", "submit", "sweep")
 
 
 def _stage_env_flag(argv: List[str]) -> List[str]:
