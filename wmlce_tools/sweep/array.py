@@ -41,7 +41,8 @@ def array_spec(scheduler: str, n: int, max_running: Optional[int], job_name: str
         per = -(-n // elements)
         if elements == 1:
             return ArraySpec((), "0", stride=1, per_element=n)
-        return ArraySpec((f"#PBS -J 0-{elements - 1}",), '"$PBS_ARRAY_INDEX"', stride=elements, per_element=per)
+        return ArraySpec((f"#PBS -J 0-{elements - 1}",), '"$PBS_ARRAY_INDEX"', stride=elements if k else 1,
+                         per_element=per)
     raise WmlError(f"the {scheduler} scheduler has no job arrays: run the sweep packed (--pack NODES)")
 
 
