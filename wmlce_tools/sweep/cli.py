@@ -2,7 +2,6 @@
 
 Built on ``wmlce_tools.api`` (``plan``, ``resume``) and the one declaration of the job options
 (``wmlce_tools.options.JobOptions``): a trial takes exactly what ``wml submit`` takes."""
-from __future__ import annotations
 
 import json
 import sys
