@@ -48,6 +48,7 @@ class SweepLaunch:
     directives: Tuple[str, ...]
     launch_line: str
     lsf_job_name: Optional[str] = None
+    launcher_line: Optional[str] = None      # packed: one trial's launch (the script's comment)
 
 
 @dataclass(frozen=True)
@@ -344,4 +345,6 @@ def render_script(plan: JobPlan) -> str:
     if plan.sweep is not None:
         ctx.update(launch=f"cd {sh_quote(str(plan.workdir))}\n{plan.sweep.launch_line}",
                    ddlrun_line=plan.sweep.launch_line, lsf_job_name=plan.sweep.lsf_job_name or plan.request.job_name)
+        if plan.sweep.launcher_line:
+            ctx["launcher_line"] = plan.sweep.launcher_line
     return _jinja().get_template(plan.scheduler.template).render(**ctx)

@@ -88,8 +88,11 @@ def run_packed(run_dir: Path, command: Sequence[str], out=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     failed = False
+    from .pack import per_allocation
+
+    at_once = min(limit, len(queue), per_allocation(need, alloc))
     sys.stdout.write(f"wml: packed sweep {rec.run_id}: {len(queue)} trial(s) on {alloc.nodes} node(s), "
-                     f"at most {min(limit, len(queue))} at once\n")
+                     f"{at_once} at a time\n")
     sys.stdout.flush()
     while queue or running:
         started = False

@@ -122,7 +122,7 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
         spec = array_spec(site.scheduler, len(todo), opts.max_running, req.job_name)
         runner = [*_trial_module(), str(run_dir)]
         launch = (f"{sh_join(runner)} {spec.index}"
-                  + (f" --base {spec.base}" if spec.base else "") + (f" --stride {spec.stride}" if spec.stride > 1 else "")
+                  + (f" --base {spec.base}" if spec.base else "") + (f" --stride {spec.stride}" if spec.per_element > 1 else "")
                   + f" -- {ddlrun}")
         plan = trial_plan
         if spec.stride > 1:
@@ -153,6 +153,18 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     alloc = Allocation(nodes=nodes, gpus_per_node=node.gpus, cores_per_node=node.cores)
     need = need_of(lay, alloc, oversubscribe=site.scheduler == "local")
     at_once = check_fits(need, alloc, f"the packed allocation ({nodes} node(s))")
+    if not need.whole or lay.nodes == 1:
+        # the allocation holds each node's trials' ranks as task slots (SLURM_TASKS_PER_NODE: ddlrun
+        # checks a trial's ranks against them), with the trial's cores and GPUs per rank
+        per_node = max(1, at_once // nodes) if not need.whole else 1
+        shaped = dataclasses.replace(alloc_req, ranks_per_node=per_node * lay.ranks_per_node,
+                                     cores_per_rank=lay.cores_per_rank,
+                                     gpus_per_rank=lay.gpus_per_rank if lay.ranks_per_gpu == 1 else None,
+                                     ranks_per_gpu=lay.ranks_per_gpu if lay.ranks_per_gpu > 1 else None)
+        try:
+            alloc_plan = plan_job(site, shaped, program, jobdir=jobdir, workdir=workdir, preview=preview)
+        except WmlError:
+            pass       # the node cannot say it that way: the allocation as a plain job of `nodes` nodes
     at_once = min(at_once, k or at_once, len(todo))
     rec = dataclasses.replace(rec, pack={"allocation": alloc.as_dict(), "need": need.as_dict(),
                                          "gpu_env": site.gpu_env})
@@ -162,5 +174,5 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     rec = dataclasses.replace(rec, why=why)
     launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweep.packed', str(run_dir)])} -- {ddlrun}"
     plan = dataclasses.replace(alloc_plan, exports=(*alloc_plan.exports, *only_env),
-                               sweep=SweepLaunch((), launch, None))
+                               sweep=SweepLaunch((), launch, None, launcher_line=sh_join(trial_plan.launcher_argv)))
     return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, -(-len(todo) // at_once))

@@ -97,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m wmlce_tools.sweep.trial")
     p.add_argument("run_dir")
     p.add_argument("index", help="the first trial (the array index)")
-    p.add_argument("--stride", type=int, default=1, help="then every STRIDE-th trial after it (PBS --max-running)")
+    p.add_argument("--stride", type=int, default=None, help="then every STRIDE-th trial after it (PBS --max-running); "
+                   "without it, that one trial")
     p.add_argument("--base", type=int, default=0, help="subtract this from INDEX (LSF arrays count from 1)")
     return p
 
@@ -119,7 +120,10 @@ def main_args(argv: List[str]) -> int:
     only = os.environ.get("WML_SWEEP_ONLY")       # a resume's trials, in array order
     indices = [int(i) for i in only.split(",")] if only else list(range(rec.size))
     status = 0
-    for pos in range(first, len(indices), max(1, a.stride)):
+    positions = range(first, len(indices), a.stride) if a.stride else [first] if first < len(indices) else []
+    if not positions:
+        raise WmlError(f"trial {first} is past the sweep's {len(indices)} trial(s)")
+    for pos in positions:
         if _Stop.signum is not None:
             break
         placement = os.environ.get("WML_TRIAL_PLACEMENT")
