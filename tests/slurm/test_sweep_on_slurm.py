@@ -113,3 +113,26 @@ def test_grid_packed_in_one_allocation_two_at_a_time(slurm_chain, tmp_path):
     concurrent = [sum(o["start"] <= s["start"] < o["end"] for o in states) for s in states]
     assert max(concurrent) == 2, concurrent                           # two at a time, never more
     assert len({s["host"] for s in states}) >= 1
+
+
+def test_cancel_a_sweep_cancels_its_array(slurm_chain, tmp_path):
+    slurm = slurm_chain.slurm
+    hold = Path(__file__).resolve().parents[1] / "sweep" / "programs" / "hold.py"
+    proc = _wml(slurm_chain, "sweep", "--site", "local-slurm", "--nodes", "1", "-t", "5", "--max-running", "1",
+                "--seeds", "3", "--json", str(hold), "60")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.splitlines()[-1])
+    run_dir = Path(info["run_dir"])
+    deadline = time.monotonic() + 60
+    while not (run_dir / "trials" / "0" / "state.json").exists():     # trial 0 has started
+        assert time.monotonic() < deadline, "trial 0 did not start within 60 s"
+        time.sleep(0.2)
+    out = _wml(slurm_chain, "cancel", info["run_id"])
+    assert out.returncode == 0 and f"sweep {info['run_id']}" in out.stdout, out.stderr
+    deadline = time.monotonic() + 60
+    while slurm.run("squeue", "-h", "-r", "-j", info["job_id"], check=False).stdout.strip():
+        assert time.monotonic() < deadline, "the array was still queued 60 s after wml cancel"
+        time.sleep(0.2)
+    shown = _show(slurm_chain, info["run_id"])
+    assert shown["trials"][0]["state"] in ("CANCELLED", "FAILED") and shown["counts"]["COMPLETED"] == 0
+    assert [t["state"] for t in shown["trials"][1:]] == ["MISSING", "MISSING"], shown
