@@ -187,7 +187,9 @@ class Sweep:
         return done
 
     def result(self, trial: int = 0, timeout: Optional[float] = None) -> Any:
-        """Trial ``trial``'s return value (function trials); waits for the sweep first."""
+        """Trial ``trial``'s return value (a function's, from rank 0; a program's: the metrics
+        of its last JSON line); waits for the sweep first.  A function's exception is raised
+        again here with the remote traceback as its ``__cause__``."""
         self.wait(timeout)
         return _load_result(self.run_dir, trial, self.logs(trial))
 
@@ -212,6 +214,8 @@ def _load_result(run_dir: Path, trial: int, logs: str) -> Any:
         kind, payload, tb = cloudpickle.loads(path.read_bytes())
     except FileNotFoundError:
         st = record.read_state(run_dir, trial) or {}
+        if st.get("state") == record.COMPLETED and not (run_dir / CALLS_FILE).exists():
+            return st.get("metrics")       # a program's trial: the metrics it printed (its last JSON line)
         tail = "; ".join(logs.strip().splitlines()[-3:])
         raise RemoteError(f"trial {trial} left no result ({st.get('state', 'never ran')}, exit status "
                           f"{st.get('exit_code')}): {tail or 'no output'}") from None

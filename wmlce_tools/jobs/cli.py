@@ -74,7 +74,7 @@ def jobs_cmd(as_json: AsJson = False,
             if sweep.rec.run_id in shown_runs:
                 continue
             shown_runs.add(sweep.rec.run_id)
-            rows.append(["sweep", sweep.rec.run_id, r.site, f"{r.name} ({sweep.rec.size} trials, {sweep.rec.mode})",
+            rows.append(["sweep", sweep.rec.run_id, r.site, f"{r.name} ({sweep.rec.size} trial{'s' if sweep.rec.size != 1 else ''}, {sweep.rec.mode})",
                          f"{sweep.state}: {sweep.count_text()}", "-", "-", _fmt_time(min(j.submitted_at for j in sweep.jobs)
                                                                                       if sweep.jobs else r.submitted_at),
                          str(sweep.run_dir)])
