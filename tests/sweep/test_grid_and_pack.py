@@ -85,3 +85,11 @@ def test_whole_node_trials_and_one_that_cannot_fit():
         check_fits(Need(4, 4, 32, True), alloc, "the allocation")
     with pytest.raises(WmlError, match="needs 8 GPU"):
         check_fits(Need(1, 8, 1, False), alloc, "the allocation")
+
+
+def test_packed_trials_of_one_job_get_different_master_ports():
+    from wmlce_tools.ddlrun.plan import master_port
+
+    job = {"SLURM_JOB_ID": "7"}
+    ports = {master_port({**job, "WML_TRIAL": str(t)}) for t in range(8)}
+    assert len(ports) == 8 and master_port(job) == master_port({**job, "WML_TRIAL": ""})
