@@ -17,7 +17,7 @@ GRID = ["--param", "lr=0.1,0.2", "--param", "bs=8,16,32"]
 
 
 def _program(tmp_path):
-    return [str(PROGRAM), "--lr", "{lr}", "--bs", "{bs}", "--sleep", "2", "--fail-if", str(tmp_path / "fail-{lr}-{bs}")]
+    return [str(PROGRAM), "--lr", "{lr}", "--bs", "{bs}", "--sleep", "1", "--fail-if", str(tmp_path / "fail-{lr}-{bs}")]
 
 
 def _wml(slurm_chain, *args, timeout=120):

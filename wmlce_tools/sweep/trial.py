@@ -74,6 +74,8 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
             code = 127
         else:
             _Stop.child = child
+            if _Stop.signum is not None:       # the signal came while it was starting
+                _on_signal(_Stop.signum, None)
             for line in iter(child.stdout.readline, b""):
                 log.write(line)
                 log.flush()
