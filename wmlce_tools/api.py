@@ -16,13 +16,12 @@ directory.  The ``wml sweep`` command is built on :func:`sweep` and :func:`resum
 """
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
 
 from .errors import WmlError
 
@@ -261,11 +260,12 @@ def submit(target: Union[Callable, str, Sequence[str]], *args, **options) -> Swe
     fn_kwargs = options.pop("kwargs", None) or {}
     if callable(target):
         return _submit_calls(target, [(args, fn_kwargs)], **options)
-    program = [target, *map_str(args)] if isinstance(target, str) else [*target, *map_str(args)]
+    program = [target, *_words(args)] if isinstance(target, str) else [*target, *_words(args)]
     return _submit_program(program, **options)
 
 
-def map_str(args) -> List[str]:
+def _words(args) -> List[str]:
+    """A program's arguments as words."""
     return [str(a) for a in args]
 
 
@@ -286,5 +286,3 @@ def map(fn: Callable, items: Iterable, *, max_running: Optional[int] = None, pac
     job = _submit_calls(fn, calls, max_running=max_running, pack=pack, **options)
     return job.results(timeout)
 
-
-_builtin_map = builtins.map

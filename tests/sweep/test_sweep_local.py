@@ -3,7 +3,6 @@ emulated nodes through ddlrun and mpiexec (pip's MPICH), a 2-rank torch (gloo) t
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest

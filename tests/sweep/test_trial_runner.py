@@ -4,12 +4,10 @@ index from 1), each trial's {name} fields and environment, its state, metrics an
 failing trial not stopping the next, and SIGTERM recorded as CANCELLED."""
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from wmlce_tools.sweep import record
 

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 from ..errors import WmlError
 from ..jobscript import JobPlan, SweepLaunch, plan_job, render_script
-from ..quoting import sh_join, sh_quote
+from ..quoting import sh_join
 from ..resources import ResourceRequest
 from ..site.schema import SiteProfile
 from . import record

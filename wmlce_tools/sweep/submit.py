@@ -4,7 +4,6 @@
 adds ``submit-<k+1>`` for the trials that failed or never ran."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import sys
