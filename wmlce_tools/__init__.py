@@ -1,4 +1,4 @@
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401
 
 
 def __getattr__(name):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import jinja2
 
-from . import __version__
+from ._version import __version__
 from .cache import cache_dir
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
