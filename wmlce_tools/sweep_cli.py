@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 from typing_extensions import Annotated
 
-from ..options import JobOptions, job_options
+from .options import JobOptions, check_no_option, job_options
 
 RUN = Annotated[str, typer.Argument(help="The sweep: its run id (wml jobs shows it), its directory, or one of its jobs.")]
 PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
@@ -49,13 +49,12 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
             as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sweep.")] = False) -> None:
     """Submit PROGRAM once per trial of the grid; its results gather in one run directory
     (wml sweep show RUN).  On the local site the trials run now, packed on emulated nodes."""
-    from .. import api
-    from ..cli import _check_no_option
-    from ..submit import submit_command_text
-    from .grid import build_trials
-    from .submit import submit_sweep
+    from . import api
+    from .submit import submit_command_text
+    from .sweep.grid import build_trials
+    from .sweep.submit import submit_sweep
 
-    _check_no_option(program)
+    check_no_option(program)
     trials = build_trials(param or (), params_file, seeds)
     sp = api.plan(program, trials, max_running=max_running, pack=pack, preview=dry_run, opts=opts)
     for line in sp.plan.warnings:
@@ -77,7 +76,7 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     if as_json:
         typer.echo(json.dumps({**info, "job_id": result.job_id}))
     if sp.plan.site.scheduler == "local":
-        from .view import view
+        from .sweep.view import view
 
         v = view(sp.run_dir, sp.record.__class__(**{**sp.record.__dict__, "job_ids": [result.job_id]}), refresh=False)
         typer.echo(f"wml: sweep {sp.record.run_id} finished: {v.count_text()}; wml sweep show {sp.record.run_id}", err=True)
@@ -95,8 +94,8 @@ def show_cmd(run: RUN,
              tail: Annotated[int, typer.Option("--tail", help="Lines of each failed trial's output to show.")] = 5) -> None:
     """Each trial's parameters, state, exit status, walltime and metrics (the last JSON object
     line its rank 0 printed), and a failed trial's last lines."""
-    from ..errors import WmlError
-    from .view import find_run, render
+    from .errors import WmlError
+    from .sweep.view import find_run, render
 
     if fmt not in ("table", "csv", "json"):
         raise WmlError(f"--format {fmt}: expected table, csv or json")
@@ -108,7 +107,7 @@ def resume_cmd(run: RUN,
                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the resubmission.")] = False) -> None:
     """Submit again only the trials that failed, were cancelled or never ran (same request,
     same run directory; each trial's attempt count goes up)."""
-    from .. import api
+    from . import api
 
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
     job = api.resume(run, out=out)
