@@ -8,9 +8,11 @@ Importing this package does not start MPI or import torch: the collectives load 
 use, and `ddl_runtime.jobenv` works without MPI at all.
 """
 from . import faults as _faults
+from .lms import wmlce as _lms_names
 from .errors import DDLError, DDLInputError, DDLMismatchError
 
 _faults.install()  # an uncaught exception on any rank aborts the whole MPI job (see faults.py)
+_lms_names.install_when_imported()  # WML CE's torch.cuda.set_enabled_lms & co. (ddl_runtime.lms.wmlce)
 
 _OPS = (
     "init", "finalize", "is_initialized", "JobInfo",

@@ -20,7 +20,7 @@ import weakref
 
 _sessions: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-__all__ = ["enable", "disable", "enabled", "stats", "session", "LmsError", "Stats", "make_plan"]
+__all__ = ["enable", "disable", "enabled", "stats", "get_session", "LmsError", "Stats", "make_plan"]
 
 
 def enable(model, budget=0, size=None, *, optimizer=None, transfer=None, prefetch_bytes=None):
@@ -57,7 +57,7 @@ def enabled(model, budget=0, size=None, **kwargs):
         disable(model)
 
 
-def session(model):
+def get_session(model):
     return _sessions.get(model)
 
 

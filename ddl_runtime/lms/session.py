@@ -92,7 +92,7 @@ class _Graph:
         self.swapped: List[_Handle] = []
         self.cursor = -1            # next handle (from the end) to bring back
         self.ahead = 0              # bytes brought back and not yet used
-        self.started = False
+        self.in_backward = False
 
 
 class _FreezeNorm:
@@ -133,7 +133,7 @@ def find_blocks(model: nn.Module) -> List[Tuple[str, nn.Module]]:
             if isinstance(child, containers) and opened(child):
                 walk(path, child)
             else:
-                out.append((path, child))
+                out.append((f"{path} ({type(child).__name__})", child))
     walk("", model)
     return out or [(type(model).__name__, model)]
 
@@ -350,7 +350,6 @@ class Session:
             self.stats_.swapped_bytes = sum(h.nbytes for h in graph.swapped)
             self.stats_.kept_bytes = self._step_bytes - self.stats_.swapped_bytes
             self.stats_.recomputed_bytes = 0
-        graph.started = True
         self._top_up(graph)
 
     # -- the hooks ---------------------------------------------------------------------
@@ -406,14 +405,13 @@ class Session:
         if not isinstance(packed, _Handle):
             return packed
         graph = packed.graph
-        graph.started = True
-        try:
-            if packed.dev is None:
-                self._fetch(packed)
-            self._top_up(graph)
-            waited = self.transfer.use(packed.dev, packed.in_event)
-        except torch.OutOfMemoryError as e:
-            raise self._oom(e, self._block_name(packed.block)) from None
+        if not graph.in_backward:
+            graph.in_backward = True    # at the end of this backward, copies not used are let go
+            torch.autograd.Variable._execution_engine.queue_callback(functools.partial(self._end_backward, graph))
+        if packed.dev is None:
+            self._fetch(packed)
+        self._top_up(graph)
+        waited = self.transfer.use(packed.dev, packed.in_event)
         if waited:
             self.stats_.wait_s += waited
             self.stats_.late_copies += 1
@@ -429,7 +427,10 @@ class Session:
         return t
 
     def _fetch(self, h: _Handle) -> None:
-        h.dev, h.in_event = self.transfer.to_device(h.host, h.out_event)
+        try:
+            h.dev, h.in_event = self.transfer.to_device(h.host, h.out_event)
+        except torch.OutOfMemoryError as e:
+            raise self._oom(e, self._block_name(h.block)) from None
         h.graph.ahead += h.nbytes
         if isinstance(self.transfer, HostStandIn):
             self.transfer.account(h.nbytes)
@@ -440,6 +441,12 @@ class Session:
             if isinstance(self.transfer, HostStandIn):
                 self.transfer.account(-h.nbytes)
         h.dev = h.in_event = None
+
+    def _end_backward(self, graph: _Graph) -> None:
+        for h in graph.swapped:
+            self._release(h)
+        graph.cursor = -1                  # a second backward (retain_graph) brings them back again
+        graph.in_backward = False
 
     def _top_up(self, graph: _Graph) -> None:
         """Bring swapped tensors back, last saved first, until the window is full."""

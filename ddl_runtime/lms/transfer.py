@@ -186,6 +186,8 @@ class HostStandIn(Transfer):
         self.resident = 0       # "device" bytes the session holds for saved tensors
         self.base = 0           # weights, grads, optimizer state (set by the session)
         self._peak = 0
+        self._count = 0
+        self._keys = {}
 
     def account(self, delta: int) -> None:
         with self._lock:
@@ -194,7 +196,9 @@ class HostStandIn(Transfer):
 
     def to_host(self, t):
         host = torch.empty_like(t, memory_format=torch.contiguous_format)
-        key = id(host)
+        with self._lock:
+            self._count += 1
+            key = self._keys[id(host)] = self._count   # ids repeat once a copy is freed: number them
 
         def copy():
             host.copy_(t)
@@ -204,7 +208,7 @@ class HostStandIn(Transfer):
 
     def to_device(self, host, after):
         dev = torch.empty_like(host)
-        key = id(host)
+        key = self._keys[id(host)]
 
         def copy():
             after.wait()          # ordered after its copy out, as on a CUDA stream

@@ -27,6 +27,7 @@ TF_LINE = ("wml: Large Model Support is for torch only (torch.cuda.set_enabled_l
            "TensorFlow runs without it")
 _state = threading.local()
 _hooks = []
+_said_tf: list = []
 
 
 def _bytes(name: str, value) -> int:
@@ -126,9 +127,9 @@ def install(torch_module=None) -> None:
 
 def set_lms_enabled_tf(enable=True) -> None:
     """``tf.config.experimental.set_lms_enabled``: wml's LMS is for torch (one line)."""
-    if enable:
-        from .session import warn_once
-        warn_once("tf", TF_LINE)
+    if enable and not _said_tf:
+        _said_tf.append(1)
+        sys.stderr.write(TF_LINE + "\n")
 
 
 def install_tf(tf_module=None) -> None:
