@@ -15,7 +15,9 @@
 #   5. gpu/nccl.py's collectives and horovod.torch's device route on CUDA through a real NCCL group, at one
 #      rank (NCCL refuses two ranks on one GPU: the NCCL transport across ranks needs two GPUs);
 #   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D;
-#   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound.
+#   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound;
+#   8. lms: Large Model Support, benchmarks/lms_bench.py (issue 42's lines; its own processes: ResNet-152 in a
+#      16 GiB cap, 2 ranks under mpiexec).  `benchmarks/gpu_checks.sh lms` runs this one alone.
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
 # summary.txt (the machine and each run's exit status), pip.log.
 set -u
@@ -44,6 +46,16 @@ run() {  # name, ranks, limit_s, extra mpiexec args..., -- check
     echo "$name: exit $rc" | tee -a "$OUT/summary.txt"
 }
 : > "$OUT/results.jsonl"; : > "$OUT/checks.log"
+lms() {  # issue 42: each "Done when" line of Large Model Support (its RESULT lines into results.jsonl)
+    timeout 900 python3 benchmarks/lms_bench.py "$@" > "$OUT/.lms.log" 2>&1
+    local rc=$?
+    { echo "== lms (exit $rc)"; cat "$OUT/.lms.log"; } >> "$OUT/checks.log"
+    grep '^RESULT ' "$OUT/.lms.log" | sed "s/^RESULT {/{\"run\": \"lms\", \"exit\": $rc, /" >> "$OUT/results.jsonl"
+    grep '^DONE-WHEN ' "$OUT/.lms.log" | tee -a "$OUT/summary.txt"
+    rm -f "$OUT/.lms.log"
+    echo "lms: exit $rc" | tee -a "$OUT/summary.txt"
+}
+if [ "${1:-}" = lms ]; then shift; lms "$@"; exit; fi   # e.g. gpu_checks.sh lms --only overhead,equal
 run collectives-2-ranks 2 180 -- collectives
 run collectives-1-rank 1 90 -- collectives
 run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
@@ -51,3 +63,4 @@ run optimizer-2-ranks 2 90 -- optimizer
 run nccl-code-1-rank 1 90 -- nccl-code
 run bound-2-ranks 2 150 -- bound
 run hvd-bound-2-ranks 2 150 -- hvd-bound
+lms

@@ -10,14 +10,15 @@ The cost model:
     so up to ``bandwidth * forward_time * OVERLAP`` bytes move at no cost; each further byte
     costs ``1 / bandwidth`` seconds of waiting;
   * recomputing a block costs its forward time again and frees its saved bytes less its
-    input (which the recompute needs, so it stays).
+    input (which the recompute needs, so it stays, or is swapped as a last resort).
 Tensors saved first are swapped first (they wait longest for their use in backward, so their
 copy back has the most time); tensors of the last blocks are never worth swapping.
 Nothing moves when everything fits.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 KEEP, SWAP, RECOMPUTE = "keep", "swap", "recompute"
@@ -66,6 +67,7 @@ class Plan:
     recomputed_bytes: int
     extra_s: float                          # predicted time added per step
     fits: bool                              # False: even moving everything predicted over budget
+    swap_inputs: frozenset = frozenset()    # recomputed blocks whose inputs (kept by the recompute) are swapped
 
     @property
     def moves(self) -> bool:
@@ -84,9 +86,47 @@ def keep_all(profile: Profile, budget_bytes: int) -> Plan:
     return Plan(tuple(KEEP for _ in profile.tensors), frozenset(), budget_bytes, n, 0, 0, 0.0, n <= budget_bytes)
 
 
+def peak_bytes(profile: Profile, plan: Plan) -> int:
+    """The most saved-activation bytes on the device at once under ``plan``: at the end of forward,
+    or in backward while a block is recomputed (the blocks after it are freed by then, those
+    before it still hold what they keep)."""
+    held = [0] * len(profile.blocks)
+    loose = 0
+    for t, d in zip(profile.tensors, plan.tensors):
+        if d == KEEP:
+            if t.block is None:
+                loose += t.nbytes
+            else:
+                held[t.block] += t.nbytes
+    for b in plan.recompute - plan.swap_inputs:
+        held[b] += profile.blocks[b].input_bytes
+    peak = loose + sum(held)
+    upto = loose
+    for b in range(len(profile.blocks)):
+        upto += held[b]
+        if b in plan.recompute:
+            peak = max(peak, upto + profile.block_bytes(b))
+    return peak
+
+
 def make_plan(profile: Profile, budget_bytes: int, min_swap_bytes: int = 1 << 20) -> Plan:
-    """The plan for ``profile`` within ``budget_bytes`` of saved activations.  Tensors under
-    ``min_swap_bytes`` are never swapped (WML CE's ``set_size_lms``)."""
+    """The plan for ``profile`` within ``budget_bytes`` of saved activations, recomputes
+    included (``peak_bytes``).  Tensors under ``min_swap_bytes`` are never swapped (WML CE's
+    ``set_size_lms``)."""
+    target = budget_bytes
+    plan = _plan_once(profile, target, min_swap_bytes)
+    for _ in range(8):
+        over = peak_bytes(profile, plan) - budget_bytes
+        if over <= 0 or target <= 0:
+            break
+        target = max(0, target - over)
+        plan = _plan_once(profile, target, min_swap_bytes)
+    if peak_bytes(profile, plan) > budget_bytes and plan.fits:
+        plan = dataclasses.replace(plan, fits=False)
+    return dataclasses.replace(plan, budget_bytes=budget_bytes)
+
+
+def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan:
     total = profile.saved_bytes
     if total <= budget_bytes:
         return keep_all(profile, budget_bytes)
@@ -151,7 +191,20 @@ def make_plan(profile: Profile, budget_bytes: int, min_swap_bytes: int = 1 << 20
             pos += 1
         else:
             break
+    # 3. still over: the inputs a recompute keeps go to the host too, earliest block first
+    swap_inputs = set()
+    for b in sorted(recompute):
+        if excess <= 0:
+            break
+        nbytes = profile.blocks[b].input_bytes
+        if nbytes < min_swap_bytes or b == last:
+            continue
+        swap_inputs.add(b)
+        swapped += nbytes
+        excess -= nbytes
+        extra += max(0.0, min(nbytes, swapped - free_swap)) / bw
     kept = sum(t.nbytes for t, d in zip(profile.tensors, decision) if d == KEEP)
     recomputed = sum(t.nbytes for t, d in zip(profile.tensors, decision) if d == RECOMPUTE)
+    kept += sum(profile.blocks[b].input_bytes for b in recompute - swap_inputs)
     return Plan(tuple(decision), frozenset(recompute), budget_bytes, kept, swapped, recomputed, extra,
-                excess <= 0)
+                excess <= 0, frozenset(swap_inputs))

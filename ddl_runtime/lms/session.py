@@ -180,6 +180,7 @@ class Session:
         self._expected_bytes = 0
         self._profiling = True
         self._block: Optional[int] = None
+        self._inputs_of: Optional[int] = None
         self._index = 0
         self._graph: Optional[_Graph] = None
         self._dedupe: Dict[tuple, tuple] = {}
@@ -247,8 +248,12 @@ class Session:
             if b in self._plan.recompute:
                 block = self.blocks[b][1]
                 ctx = functools.partial(self._recompute_contexts, b, block)
-                out = torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
-                                                        context_fn=ctx, **kwargs)
+                self._inputs_of = b     # our hooks see only the inputs the checkpoint keeps
+                try:
+                    out = torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+                                                            context_fn=ctx, **kwargs)
+                finally:
+                    self._inputs_of = None
                 self._index = self._span_end[b]   # its tensors were the checkpoint's, not ours
                 return out
             return forward(*args, **kwargs)
@@ -297,9 +302,6 @@ class Session:
         self._profiling = False
         fixed = self._fixed_bytes()
         self._plan = planner.make_plan(self._profile, max(0, self.budget - fixed - self._reserve()), self.size)
-        if self._plan.recompute:     # again, with room for the biggest recomputed block
-            self._plan = planner.make_plan(self._profile, max(0, self.budget - fixed - self._reserve(
-                self._plan.recompute)), self.size)
         self.stats_.plan = self._plan.describe()
         for i, t in enumerate(self._profile.tensors):
             if t.block is not None:
@@ -324,14 +326,13 @@ class Session:
         missing = sum(p.nbytes for p in self.model.parameters() if p.requires_grad and p.grad is None)
         return self.transfer.allocated() + missing
 
-    def _reserve(self, recompute=()) -> int:
-        """Room for backward's own tensors (twice the largest saved tensor), the biggest recomputed
-        block's tensors while it is recomputed, and the copies brought back ahead."""
+    def _reserve(self) -> int:
+        """Room for backward's own tensors (twice the largest saved tensor) and the copies brought
+        back ahead (a recompute's tensors are in the planner's peak)."""
         if self._profile is None or self._profiling:
             return self._prefetch_window() + self.budget // 20
         biggest = max((t.nbytes for t in self._profile.tensors), default=0)
-        block = max((self._profile.block_bytes(b) for b in recompute), default=0)
-        return 2 * biggest + block + self._prefetch_window()
+        return 2 * biggest + self._prefetch_window()
 
     def _prefetch_window(self) -> int:
         if self.prefetch_bytes is not None:
@@ -354,28 +355,38 @@ class Session:
 
     # -- the hooks ---------------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
-        index = self._index
-        self._index += 1
+        inputs_of = self._inputs_of        # a recomputed block's inputs, saved by its checkpoint
+        if inputs_of is None:
+            index = self._index
+            self._index += 1
         graph = self._graph
         try:
-            storage = t.untyped_storage()
+            ptr = t.untyped_storage().data_ptr()
         except (RuntimeError, NotImplementedError):   # sparse, nested, ...: keep
-            return t
-        ptr = storage.data_ptr()
-        if ptr in self._param_ptrs or t.device.type == "meta":
-            self._record(index, 0)
+            ptr = None
+        if ptr is None or ptr in self._param_ptrs or t.device.type == "meta":
+            if inputs_of is None:
+                self._record(index, 0)
             return t
         key = (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         seen = self._dedupe.get(key)
-        handle = seen[1] if seen is not None and seen[0]() is not None else None
-        if handle is not None:
-            self._record(index, 0)
+        if seen is not None and seen[0]() is not None:       # saved before: no new bytes
+            if inputs_of is None:
+                self._record(index, 0)
+            handle = seen[1]
+            if handle is None:
+                return t
             handle.uses += 1
             return handle
         nbytes = t.nbytes
-        self._record(index, nbytes)
-        self._step_bytes += nbytes
-        if not self._swap(index, nbytes) or not t.is_contiguous():
+        if inputs_of is None:
+            self._record(index, nbytes)
+            self._step_bytes += nbytes
+            swap = self._swap(index, nbytes)
+        else:
+            swap = inputs_of in self._plan.swap_inputs and nbytes >= self.size
+        if not swap or not t.is_contiguous():
+            self._dedupe[key] = (weakref.ref(t), None)
             if isinstance(self.transfer, HostStandIn):
                 self.transfer.account(nbytes)
                 return _Kept(t, self.transfer)

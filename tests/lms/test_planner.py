@@ -51,3 +51,10 @@ def test_over_budget_even_moving_everything_is_said():
 
 
 KB = 1024
+
+
+def test_when_recomputing_is_not_enough_the_recomputed_blocks_inputs_are_swapped():
+    p = profile(bandwidth=1e8)
+    plan = make_plan(p, 8 * 8 * MB)           # less than every block's input kept
+    assert plan.recompute and plan.swap_inputs and plan.swap_inputs <= plan.recompute
+    assert 7 not in plan.swap_inputs          # the last block's input is needed first in backward
