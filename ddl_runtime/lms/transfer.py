@@ -12,6 +12,7 @@ runs its queue in order, so the hooks' prefetching and event ordering run for re
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -21,6 +22,16 @@ import torch
 
 BANDWIDTH_PROBE_BYTES = 64 << 20
 _measured_bandwidth = {}
+
+
+def sharing_ranks(env) -> int:
+    """How many local ranks share this rank's GPU, from ddlrun's DDL_LAYOUT_GPUS (``0;0;1;1``:
+    ranks 0 and 1 share GPU 0) and LOCAL_RANK; 1 when either is missing or unreadable."""
+    layout = [part.strip() for part in env.get("DDL_LAYOUT_GPUS", "").split(";")]
+    local = env.get("LOCAL_RANK", "").strip()
+    if not local.isdigit() or int(local) >= len(layout) or not layout[int(local)]:
+        return 1
+    return max(1, layout.count(layout[int(local)]))
 
 
 class Transfer:
@@ -126,9 +137,13 @@ class CudaTransfer(Transfer):
         return torch.cuda.max_memory_allocated(self.device)
 
     def capacity(self) -> int:
+        """All this process may use: the cap of set_per_process_memory_fraction where one is set,
+        else the device shared out among the ranks ddlrun laid out on it (--ranks-per-gpu)."""
         total = torch.cuda.get_device_properties(self.device).total_memory
         fraction = torch.cuda.get_per_process_memory_fraction(self.device)
-        return int(total * fraction)
+        if fraction < 1.0:
+            return int(total * fraction)
+        return total // sharing_ranks(os.environ)
 
     def timer(self):
         start = torch.cuda.Event(enable_timing=True)

@@ -58,3 +58,12 @@ def test_when_recomputing_is_not_enough_the_recomputed_blocks_inputs_are_swapped
     plan = make_plan(p, 8 * 8 * MB)           # less than every block's input kept
     assert plan.recompute and plan.swap_inputs and plan.swap_inputs <= plan.recompute
     assert 7 not in plan.swap_inputs          # the last block's input is needed first in backward
+
+
+def test_ranks_sharing_a_gpu_share_its_memory():
+    from ddl_runtime.lms.transfer import sharing_ranks
+
+    assert sharing_ranks({"DDL_LAYOUT_GPUS": "0;0;1;1", "LOCAL_RANK": "2"}) == 2
+    assert sharing_ranks({"DDL_LAYOUT_GPUS": "0;1;2;3", "LOCAL_RANK": "1"}) == 1
+    assert sharing_ranks({"DDL_LAYOUT_GPUS": "0;0;0", "LOCAL_RANK": "0"}) == 3
+    assert sharing_ranks({"LOCAL_RANK": "0"}) == 1 and sharing_ranks({"DDL_LAYOUT_GPUS": "0;0"}) == 1
