@@ -187,7 +187,6 @@ class Session:
         self._param_ptrs: set = set()
         self._limit = self.budget
         self._step_bytes = 0
-        self._pending_waits: list = []
         self._installed: List[Tuple[nn.Module, Any]] = []
         if self.active:
             self._install()
@@ -417,8 +416,11 @@ class Session:
             return packed
         graph = packed.graph
         if not graph.in_backward:
-            graph.in_backward = True    # at the end of this backward, copies not used are let go
-            torch.autograd.Variable._execution_engine.queue_callback(functools.partial(self._end_backward, graph))
+            try:                        # at the end of this backward, copies not used are let go
+                torch.autograd.Variable._execution_engine.queue_callback(functools.partial(self._end_backward, graph))
+                graph.in_backward = True
+            except RuntimeError:        # unpacked outside a backward (grad_fn._saved_*): nothing to end
+                pass
         if packed.dev is None:
             self._fetch(packed)
         self._top_up(graph)

@@ -142,3 +142,36 @@ def test_torch_compile_says_lms_is_off_for_the_compiled_part(capfd):
     assert all(l == l for l in losses)
     err = capfd.readouterr().err
     assert err.count("LMS: off for the torch.compile'd part") == 1, err
+
+
+def test_a_resumed_run_profiles_and_plans_again():
+    """A walltime chain's next segment is a new process: its session starts from a profile step."""
+    first = make_model()
+    lms.enable(first, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(first, 2)
+    resumed = make_model()
+    resumed.load_state_dict(first.state_dict())
+    s = lms.enable(resumed, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    assert s._profiling and s._plan is None
+    train(resumed, 2)
+    assert not s._profiling and s._plan.moves
+
+
+def test_saved_tensors_read_outside_backward_still_work():
+    model = make_model()
+    lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(model, 2)
+    x, y = batches(1)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    seen, todo, read = set(), [loss.grad_fn], 0
+    while todo:                               # every saved tensor of the graph, read before backward
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_") and isinstance(getattr(node, name), torch.Tensor):
+                read += 1
+        todo += [n for n, _ in node.next_functions]
+    assert read > 10
+    loss.backward()
