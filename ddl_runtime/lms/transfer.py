@@ -80,6 +80,7 @@ class CudaTransfer(Transfer):
         self.in_stream = torch.cuda.Stream(device)
 
     def to_host(self, t):
+        t = t.detach()                     # the copy must not join the graph (nor keep t alive through it)
         compute = torch.cuda.current_stream(self.device)
         self.out_stream.wait_stream(compute)
         with torch.cuda.stream(self.out_stream):
@@ -210,6 +211,7 @@ class HostStandIn(Transfer):
             self._peak = max(self._peak, self.base + self.resident)
 
     def to_host(self, t):
+        t = t.detach()                     # the worker thread has grad mode on: keep the copy out of the graph
         host = torch.empty_like(t, memory_format=torch.contiguous_format)
         with self._lock:
             self._count += 1

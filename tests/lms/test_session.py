@@ -175,3 +175,14 @@ def test_saved_tensors_read_outside_backward_still_work():
         todo += [n for n, _ in node.next_functions]
     assert read > 10
     loss.backward()
+
+
+def test_host_copies_are_plain_tensors_outside_the_graph():
+    model = make_model()
+    s = lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(model, 2)
+    x, y = batches(1)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    s.transfer.synchronize()
+    assert s._graph.swapped and not any(h.host.requires_grad or h.host.grad_fn for h in s._graph.swapped)
+    loss.backward()
