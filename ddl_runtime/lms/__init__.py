@@ -29,8 +29,11 @@ def enable(model, budget=0, size=None, *, optimizer=None, transfer=None, prefetc
     ``size``: tensors smaller than this are never swapped (default: ``torch.cuda.get_size_lms()``,
     1 MB).  ``optimizer``: lets the budget check count its state from the first step."""
     from . import config
-    from .session import Session, _is_keras, warn_once
+    from .session import Session, _compiled_note, _is_keras, warn_once
 
+    if type(model).__name__ == "OptimizedModule":       # torch.compile(model): hooks do not apply inside
+        _compiled_note()
+        return None
     if _is_keras(model):
         warn_once("keras", "LMS: Keras models run through Keras's own layer calls: LMS is off for them "
                            "(it applies to torch nn.Module models)")

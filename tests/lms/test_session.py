@@ -142,6 +142,8 @@ def test_torch_compile_says_lms_is_off_for_the_compiled_part(capfd):
     assert all(l == l for l in losses)
     err = capfd.readouterr().err
     assert err.count("LMS: off for the torch.compile'd part") == 1, err
+    assert lms.enable(torch.compile(make_model(), backend="eager")) is None      # said once already
+    assert capfd.readouterr().err.count("torch.compile") == 0
 
 
 def test_a_resumed_run_profiles_and_plans_again():

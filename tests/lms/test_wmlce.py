@@ -131,7 +131,9 @@ def fit():
 a = fit()
 torch.cuda.set_enabled_lms(True)
 b = fit()
-print('SAME' if a == b else f'DIFF {a} {b}')
+import ddl_runtime.lms as lms
+print('SAME' if a == b else f'DIFF {a} {b}', 'NONE' if lms.enable(keras.Sequential([keras.layers.Dense(2)])) is None else '')
 """
     job = _py(code, KERAS_BACKEND="torch")
-    assert job.returncode == 0 and "SAME" in job.stdout, job.stdout + job.stderr
+    assert job.returncode == 0 and "SAME NONE" in job.stdout, job.stdout + job.stderr
+    assert job.stderr.count("LMS: Keras models run through Keras's own layer calls") == 1, job.stderr
