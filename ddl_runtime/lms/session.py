@@ -271,6 +271,7 @@ class Session:
             if known and abs(self._step_bytes - known) > RESHAPE_TOLERANCE * known:
                 self._start_profile()          # the saved bytes changed (a new batch size): profile again
         self.stats_.steps += 1
+        self._collect_waits()
         self._graph = _Graph()
         self._dedupe = {}
         self._index = 0
@@ -483,7 +484,13 @@ class Session:
         return torch.OutOfMemoryError(f"out of GPU memory in {where} with an LMS budget of {self.budget} bytes "
                                       f"({self.stats_.plan}): {first}")
 
+    def _collect_waits(self) -> None:
+        seconds, n = self.transfer.late_waits() if self.active else (0.0, 0)
+        self.stats_.wait_s += seconds
+        self.stats_.late_copies += n
+
     def stats(self) -> Stats:
+        self._collect_waits()
         s = self.stats_
         s.peak_bytes = self.transfer.peak() if self.active else 0
         return Stats(**vars(s))

@@ -47,8 +47,13 @@ class Transfer:
         raise NotImplementedError
 
     def use(self, t: torch.Tensor, event) -> float:
-        """Make the compute stream wait for ``event`` before using ``t``; returns host seconds waited."""
+        """Make the compute stream wait for ``event`` before using ``t``; returns the seconds the
+        host waited (0 where the wait is the device's, counted by ``late_waits``)."""
         raise NotImplementedError
+
+    def late_waits(self):
+        """(seconds, copies): device-side waits on late copies measured since the last call."""
+        return 0.0, 0
 
     def bandwidth(self) -> float:
         raise NotImplementedError
@@ -78,6 +83,7 @@ class CudaTransfer(Transfer):
         self.device = device
         self.out_stream = torch.cuda.Stream(device)
         self.in_stream = torch.cuda.Stream(device)
+        self._late: list = []
 
     def to_host(self, t):
         t = t.detach()                     # the copy must not join the graph (nor keep t alive through it)
@@ -96,22 +102,31 @@ class CudaTransfer(Transfer):
         with torch.cuda.stream(self.in_stream):
             dev = torch.empty(host.size(), dtype=host.dtype, device=self.device)
             dev.copy_(host, non_blocking=True)
-            done = torch.cuda.Event()
+            done = torch.cuda.Event(enable_timing=True)
             done.record(self.in_stream)
         return dev, done
 
     def use(self, t, event) -> float:
         compute = torch.cuda.current_stream(self.device)
-        if event.query():
-            compute.wait_event(event)
-            t.record_stream(compute)
-            return 0.0
-        t0 = time.perf_counter()
-        event.synchronize()          # the copy is late: this is the wait the stats report
-        waited = time.perf_counter() - t0
-        compute.wait_event(event)
+        if not event.query():               # late: the compute stream will wait; time it on the device
+            mark = torch.cuda.Event(enable_timing=True)
+            mark.record(compute)
+            self._late.append((mark, event))
+        compute.wait_event(event)           # no host wait: kernels behind it stay queued
         t.record_stream(compute)
-        return waited
+        return 0.0
+
+    def late_waits(self):
+        """The waits whose events are done (never blocks the host)."""
+        seconds, n, pending = 0.0, 0, []
+        for mark, done in self._late:
+            if mark.query() and done.query():
+                seconds += max(0.0, mark.elapsed_time(done)) / 1e3
+                n += 1
+            else:
+                pending.append((mark, done))
+        self._late = pending
+        return seconds, n
 
     def bandwidth(self) -> float:
         key = ("cuda", self.device.index)
