@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 KEEP, SWAP, RECOMPUTE = "keep", "swap", "recompute"
 OVERLAP = 0.8          # the share of compute time copies are expected to hide behind
