@@ -19,6 +19,8 @@
 #   8. sweep-1gpu-trials (unverified until run on a GPU): `wml sweep` of 4 one-GPU trials packed on this host
 #      (the local site): each trial holds one GPU, not the node (CUDA_VISIBLE_DEVICES = its GPU; on a 1-GPU
 #      host they run one after another), every trial COMPLETED with its metrics (wml sweep show --format json).
+#   9. lms: Large Model Support, benchmarks/lms_bench.py (issue 42's lines; its own processes: ResNet-152 in a
+#      16 GiB cap, 2 ranks under mpiexec).  `benchmarks/gpu_checks.sh lms` runs this one alone.
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
 # summary.txt (the machine and each run's exit status), pip.log.
 set -u
@@ -47,6 +49,16 @@ run() {  # name, ranks, limit_s, extra mpiexec args..., -- check
     echo "$name: exit $rc" | tee -a "$OUT/summary.txt"
 }
 : > "$OUT/results.jsonl"; : > "$OUT/checks.log"
+lms() {  # issue 42: each "Done when" line of Large Model Support (its RESULT lines into results.jsonl)
+    timeout 900 python3 benchmarks/lms_bench.py "$@" > "$OUT/.lms.log" 2>&1
+    local rc=$?
+    { echo "== lms (exit $rc)"; cat "$OUT/.lms.log"; } >> "$OUT/checks.log"
+    grep '^RESULT ' "$OUT/.lms.log" | sed "s/^RESULT {/{\"run\": \"lms\", \"exit\": $rc, /" >> "$OUT/results.jsonl"
+    grep '^DONE-WHEN ' "$OUT/.lms.log" | tee -a "$OUT/summary.txt"
+    rm -f "$OUT/.lms.log"
+    echo "lms: exit $rc" | tee -a "$OUT/summary.txt"
+}
+if [ "${1:-}" = lms ]; then shift; lms "$@"; exit; fi   # e.g. gpu_checks.sh lms --only overhead,equal
 run collectives-2-ranks 2 180 -- collectives
 run collectives-1-rank 1 90 -- collectives
 run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
@@ -66,3 +78,4 @@ run_sweep() {
     echo "sweep-1gpu-trials: see checks.log" | tee -a "$OUT/summary.txt"
 }
 run_sweep
+lms

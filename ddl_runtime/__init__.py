@@ -9,9 +9,11 @@ use, and `ddl_runtime.core.jobenv` works without MPI at all.
 """
 from .state import faults as _faults
 from .state import hooks as _hooks
+from .lms import wmlce as _lms_names
 from .errors import DDLError, DDLInputError, DDLMismatchError
 
 _faults.install()  # an uncaught exception on any rank aborts the whole MPI job (see faults.py)
+_lms_names.install_when_imported()  # WML CE's torch.cuda.set_enabled_lms & co. (ddl_runtime.lms.wmlce)
 
 
 def _install_stop_handler() -> None:
