@@ -170,7 +170,7 @@ class Runtime:
         self.timeline.close()
         gpu = sys.modules.get(__package__ + ".gpu")
         if gpu is not None:
-            gpu.shutdown()  # the NCCL process group the runtime created, if any
+            gpu.shutdown(self, collective=not missing)  # the NCCL process group, the IPC groups
         if not missing:
             if self.shm is not None:
                 self.shm.free()
