@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from ..buffers import TensorRef
 from . import ipc, mpi, nccl
 from .host import Staging
-from .transport import agree, state
+from .transport import agree, decided, state
 
 
 def shutdown(rt=None, collective: bool = True) -> None:
@@ -88,7 +88,8 @@ def device_allreduce_start(rt, tensors: Sequence, op: str, stream: str = "negoti
     """Reduce device tensors in place on the job's device route (NCCL, or CUDA IPC where every rank
     is on one GPU); `stream`/`comm`: horovod's negotiated calls use an IPC group of their own (they
     interleave with ddl_runtime's own calls differently on each rank).  Returns a handle (wait())."""
-    if agree(rt).name == "ipc":
+    chosen = decided(rt)  # no communication here: horovod decided the route before submitting
+    if chosen is not None and chosen.name == "ipc":
         return ipc.group(rt, stream, comm).allreduce_start(tensors, op, [])
     return nccl.allreduce_start(nccl.process_group(rt), tensors, op, rt.size, [])
 

@@ -50,3 +50,12 @@ def test_a_rank_that_dies_holding_handles_is_the_others_error_not_a_hang(run_mpi
         assert "rank 2 died (pid" in line and "held each other's CUDA IPC handles" in line
         assert float(line.split(" after ")[1].split(" s")[0]) < 10
     assert not job.lines("NOFAULT")
+
+
+def test_the_runtime_takes_the_ipc_route_for_its_own_and_horovods_calls(run_mpi):
+    """gpu.allreduce_start (returning before its reduction ran), bcast, allgather, horovod's negotiated
+    device allreduce in its own IPC group, finalize closing both: the runtime's glue on the stand-in."""
+    job = run_mpi(2, "ipc_route_job.py", timeout=180)
+    ranks = job.summary(2)
+    assert all(rank["groups"] == ["native", "negotiated"] for rank in ranks)
+    assert "finalize left IPC groups open" not in job.stdout
