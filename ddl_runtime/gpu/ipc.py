@@ -71,6 +71,8 @@ class CudaBackend:
 
     def open(self, handle: Any):
         rebuild, args = handle
+        args = list(args)
+        args[6] = self.device.index  # the device: this process's number for the shared GPU, not the exporter's
         return rebuild(*args)  # cudaIpcOpenMemHandle, cached by torch per handle
 
     def release(self, buf) -> None:
@@ -336,9 +338,9 @@ class IpcGroup:
         """Every rank's `tensor` concatenated along dim 0 (first dims may differ), a new tensor."""
         t = tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()
         rows = self.comm.allgather(int(t.shape[0]))
-        row_bytes = t[0:1].numel() * t.element_size() if t.dim() else t.element_size()
         rest = tuple(t.shape[1:])
         row_numel = int(np.prod(rest)) if rest else 1
+        row_bytes = row_numel * t.element_size()  # alike on every rank (the signature agreed on it)
         self._ensure(max(rows) * max(row_bytes, 1))
         g = self._begin(what)
         n = t.numel() * t.element_size()
