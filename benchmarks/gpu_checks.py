@@ -3,15 +3,20 @@
     python benchmarks/gpu_checks.py collectives   # every core collective on CUDA tensors, six dtypes
     python benchmarks/gpu_checks.py bound          # host-staged allreduce vs D2H + host allreduce + H2D
     python benchmarks/gpu_checks.py hvd-bound      # hvd.allreduce of a CUDA tensor vs the same bound
+    python benchmarks/gpu_checks.py device-bound   # ddl/hvd allreduce on the device route vs a D2D copy
+    python benchmarks/gpu_checks.py helpers        # every public helper on CUDA tensors
     python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
     python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
     python benchmarks/gpu_checks.py nccl-code      # gpu/nccl.py and horovod's device route through real NCCL (1 rank)
 
-Rank 0 prints one `RESULT {json}` line: {"check", "transport", "failures", ...}; exit 1 on a failure.
-`--cpu` after the check runs hvd-bound on CPU tensors through horovod.torch's staged route (a
-smoke run of this script where there is no GPU; its ratios are no GPU figure and no limit applies):
+Ranks on one GPU take the ipc transport; `bound` and `hvd-bound` measure the host transport, so run
+them with DDL_GPU_TRANSPORT=host.  Rank 0 prints one `RESULT {json}` line ({"check", "transport",
+"failures", ...}) and one `CHECK` line per figure and limit (benchmarks/_checks.py); exit 1 on a
+failure.  `--cpu` after the check runs it on CPU tensors (a smoke run where there is no GPU: its
+figures are no GPU figures and no limit applies; hvd-bound goes through horovod.torch's staged
+route with plain memory):
 
-    mpiexec -n 2 -genv CUDA_VISIBLE_DEVICES 0 python3 benchmarks/gpu_checks.py hvd-bound
+    mpiexec -n 2 -genv CUDA_VISIBLE_DEVICES 0 -genv DDL_GPU_TRANSPORT host python3 benchmarks/gpu_checks.py hvd-bound
     mpiexec -n 2 python3 benchmarks/gpu_checks.py hvd-bound --cpu
 """
 import json
