@@ -53,6 +53,7 @@ if fault:
     grp.allreduce([x], "sum").wait()
     comm.Barrier()
     if R == N - 1:
+        backend.close()  # its shared memory's names go (peers keep their mappings, as a dead process's would)
         os._exit(3)
     time.sleep(0.5)
     start = time.monotonic()
@@ -62,6 +63,7 @@ if fault:
         print(f"NOFAULT rank {R}", flush=True)
     except DDLError as exc:
         print(f"FAULT rank {R} after {time.monotonic() - start:.2f} s: {exc}", flush=True)
+    backend.close()
     os._exit(0)
 
 # -- results, several dtypes and ops; returns before the work ran ---------------------------------------
