@@ -11,7 +11,8 @@
 # any miss (a run that fails, times out or reports nothing is a FAIL line of its own).  Under $OUT:
 # results.jsonl (every CHECK line), checks.log (every run's output), summary.txt (the machine, the
 # commit, the table).  Prepare the GPU machine as ../shared/gpu/README.md says (.whl/ wheels are
-# installed here; Horovod's suite in $HOROVOD_SUITE, default .conformance/horovod).
+# installed here, keras and its dependencies among them for the helpers' Keras line; Horovod's suite
+# in $HOROVOD_SUITE, default .conformance/horovod; torchvision for the ResNet-50 entries).
 #
 # Adding a check: one `entry` line below (name, time limit in seconds, gpu|both, then the command).
 # The command prints `CHECK {"name", "figure", "limit", "pass"}` lines (benchmarks/_checks.py);
