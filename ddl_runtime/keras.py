@@ -215,20 +215,20 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
 
     if check:  # once: every rank trains the same variables
         _check_consistent("trainable variable", names, [_describe_var(v) for v in variables])
+    given = [None if g is None else g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
+             for g in grads]
+    first = next((g for g in given if g is not None), None)
+    # a missing gradient's zeros and the flags live where the gradients do (one device per call)
+    like = first if first is not None else torch.zeros(0)
     tensors: List[torch.Tensor] = []
     present: List[bool] = []
-    for g, v in zip(grads, variables):
-        if g is None:
-            present.append(False)
-            tensors.append(torch.zeros(tuple(v.shape), dtype=torch.float32))
-        else:
-            t = g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
-            present.append(True)
-            tensors.append(t.contiguous())
+    for g, v in zip(given, variables):
+        present.append(g is not None)
+        tensors.append(like.new_zeros(tuple(v.shape), dtype=torch.float32) if g is None else g.contiguous())
     dtype = next((t.dtype for t, p in zip(tensors, present) if p), torch.float32)
-    flags = torch.tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
+    flags = like.new_tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
     _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
-    reduced_flags = flags.to(torch.float64)  # reduced in place, like the gradients
+    reduced_flags = flags.to(torch.float64).cpu()  # reduced in place, like the gradients
     if op == "sum":
         reduced_flags = reduced_flags / size()
     averaged: List[Any] = []

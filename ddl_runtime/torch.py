@@ -43,6 +43,7 @@ from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.checkpoint.torch import Checkpointer
 from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
+from ddl_runtime.transports.gpu.hostcopy import to_host
 
 try:  # a more specific type when the core runtime provides it
     from ddl_runtime.errors import DDLMismatchError as _MismatchError
@@ -243,11 +244,11 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     payload = None
     if rank() == root_rank:
         buf = io.BytesIO()
-        torch.save(inner.state_dict(), buf)
+        torch.save(to_host(inner.state_dict()), buf)  # CUDA state: host copies (loaded onto each parameter's device)
         payload = buf.getvalue()
     payload = _ddl.bcast_object(payload, root=root_rank)
     if rank() != root_rank:
-        state = torch.load(io.BytesIO(payload), weights_only=False)
+        state = torch.load(io.BytesIO(payload), weights_only=False, map_location="cpu")
         inner.load_state_dict(state)
 
 
@@ -349,7 +350,7 @@ def parameters_max_divergence(params: Any) -> float:
     floats = [t.detach().reshape(-1).to(torch.float64) for _, t in items if t.numel()]
     if size() == 1 or not floats:
         return 0.0
-    flat = torch.cat(floats).numpy()
+    flat = torch.cat(floats).cpu().numpy()  # CUDA parameters: one device-to-host copy
     hi = np.asarray(_ddl.allreduce(flat.copy(), op="max"))
     lo = np.asarray(_ddl.allreduce(flat.copy(), op="min"))
     diff = hi - lo

@@ -523,9 +523,10 @@ class Controller:
 
     def _post_allreduce_device(self, key, group) -> None:
         """A fused group of device tensors ("<dtype>@<device>"), in the negotiated order: reduced on the
-        device through the runtime's process group (gpu/nccl.py), no host copy.  Outputs of None get
+        device through the job's device route (gpu/nccl.py, or gpu/ipc.py where every rank is on one
+        GPU), no host copy.  Outputs of None get
         the input's values in a new tensor; a joined rank contributes zeros on its device."""
-        from ..transports.gpu import nccl
+        from ..transports import gpu
         from ..state import runtime
         torch = sys.modules["torch"]
         op, prescale, postscale = key[1]
@@ -551,8 +552,7 @@ class Controller:
             if prescale != 1.0:
                 for t in tensors:
                     t.mul_(prescale)
-            pending = nccl.allreduce_start(nccl.process_group(rt), tensors, {"average": "avg"}.get(op, op),
-                                           self.size, [])
+            pending = gpu.device_allreduce_start(rt, tensors, {"average": "avg"}.get(op, op), comm=self.data)
 
         def finish() -> None:
             with torch.no_grad():

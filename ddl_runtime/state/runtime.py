@@ -171,7 +171,7 @@ class Runtime:
         self.timeline.close()
         gpu = sys.modules.get("ddl_runtime.transports.gpu")  # only when a CUDA collective loaded it
         if gpu is not None:
-            gpu.shutdown()  # the NCCL process group the runtime created, if any
+            gpu.shutdown(self, collective=not missing)  # the NCCL process group, the IPC groups
         if not missing:
             if self.shm is not None:
                 self.shm.free()

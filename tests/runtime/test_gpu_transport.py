@@ -34,7 +34,7 @@ def test_forced_transport_and_its_errors_are_decided_from_every_ranks_setting():
         decide(["nccl", "nccl"], [A, A])
     with pytest.raises(DDLMismatchError, match=r"ranks disagree about DDL_GPU_TRANSPORT \(rank 0: nccl; rank 1: unset\)"):
         decide(["nccl", ""], [A, B])
-    with pytest.raises(DDLInputError, match=r"DDL_GPU_TRANSPORT='gpu' \(rank 1\) must be one of nccl, host"):
+    with pytest.raises(DDLInputError, match=r"DDL_GPU_TRANSPORT='gpu' \(rank 1\) must be one of nccl, ipc, host"):
         decide(["", "gpu"], [A, B])
 
 

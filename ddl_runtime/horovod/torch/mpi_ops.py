@@ -214,7 +214,7 @@ _NCCL_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16
 
 def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> bool:
     """Whether a request is reduced on the GPU: CUDA tensors only, of the global set, in a job whose
-    agreed transport is NCCL (ddl_runtime.transports.gpu.transport), with an op and dtypes NCCL reduces.
+    agreed transport is NCCL or CUDA IPC (ddl_runtime.transports.gpu.transport), with an op and dtypes they reduce.
     Otherwise (ranks sharing a GPU: the host transport) they go through host memory as on CPU, as
     do CUDA tensors of the other collectives."""
     for t in tensors:
@@ -226,7 +226,7 @@ def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> b
     from ddl_runtime.transports.gpu.transport import decided
     rt = runtime.current()
     chosen = decided(rt)
-    return rt.size > 1 and chosen is not None and chosen.name == "nccl"
+    return rt.size > 1 and chosen is not None and chosen.name in ("nccl", "ipc")
 
 
 def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group):

@@ -1,8 +1,10 @@
 """One device transport per job, chosen from what every rank reports at init and agreed by every rank.
 
   * ``nccl``: the runtime's torch.distributed NCCL group (nccl.py), where every rank owns its GPU;
-  * ``host``: host staging (host.py) through the CPU engine, where ranks share a GPU (NCCL
-    refuses two ranks of one communicator on one device: "Duplicate GPU detected").
+  * ``ipc``: device-side collectives through CUDA IPC (ipc.py), where every rank is on one GPU
+    (NCCL refuses two ranks of one communicator on one device: "Duplicate GPU detected");
+  * ``host``: host staging (host.py) through the CPU engine, where some ranks share a GPU and
+    others do not (what IPC within one GPU cannot do), or where ``DDL_GPU_TRANSPORT=host``.
 
 Every rank sends its GPU's identity (devices.py) and its ``DDL_GPU_TRANSPORT`` over the control
 communicator at init (`at_init`: one small allgather); every rank then decides from the same list,
@@ -13,14 +15,14 @@ name its GPU: the list is gathered again at the first CUDA collective (every ran
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...errors import DDLError, DDLInputError, DDLMismatchError
 from .devices import GpuIdentity, local_identity, rank_gpu_index, shared_gpus
 
 ENV = "DDL_GPU_TRANSPORT"
-TRANSPORTS = ("nccl", "host")
+TRANSPORTS = ("nccl", "ipc", "host")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class GpuState:
     everyone: Optional[list] = None  # every rank's (DDL_GPU_TRANSPORT, GpuIdentity or None), gathered at init
     transport: Optional[Transport] = None
     staging: Any = None  # host.Staging, made on the first host-staged call
+    ipc_groups: Dict[str, Any] = field(default_factory=dict)  # ipc.IpcGroup per stream of calls, made on first use
 
 
 def state(rt) -> GpuState:
@@ -91,8 +94,19 @@ def decide(settings: Sequence[str], identities: Sequence[Optional[GpuIdentity]])
                                                            if len(shared) > 1 else "")
         if forced == "nccl":
             raise DDLError(f"{ENV}=nccl, but {sharing}: NCCL cannot run two ranks of one communicator on one "
-                           f"GPU; unset {ENV} or set it to host")
-        return Transport("host", f"{ENV}=host" if forced else sharing)
+                           f"GPU; unset {ENV} or set it to ipc or host")
+        if forced == "host":
+            return Transport("host", f"{ENV}=host")
+        ranks = next(iter(shared.values()))
+        if len(shared) == 1 and len(ranks) == len(identities):
+            return Transport("ipc", f"{ENV}=ipc" if forced else f"{sharing}: every rank on it (CUDA IPC)")
+        if forced == "ipc":
+            raise DDLError(f"{ENV}=ipc, but {sharing} and not every rank is on it: the ipc transport needs "
+                           f"every rank on one GPU; unset {ENV} or set it to host")
+        return Transport("host", f"{sharing}, not every rank on it")
+    if forced == "ipc" and len(identities) > 1:
+        raise DDLError(f"{ENV}=ipc, but the ranks own their GPUs: the ipc transport needs every rank on one GPU; "
+                       f"unset {ENV} or set it to nccl or host")
     if forced:
         return Transport(forced, f"{ENV}={forced}")
     return Transport("nccl", "every rank owns its GPU")
