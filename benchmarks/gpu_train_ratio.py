@@ -120,7 +120,7 @@ def main() -> None:
 
 
 def ddl_runtime_transport():
-    from ddl_runtime import runtime
+    from ddl_runtime.state import runtime
     gpu = runtime.current().gpu
     return gpu.transport.name if gpu is not None and gpu.transport is not None else None
 

@@ -15,7 +15,8 @@ from mpi4py import MPI
 
 import ddl_runtime as ddl
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime import gpu, runtime as _rt
+from ddl_runtime.transports import gpu
+from ddl_runtime.state import runtime as _rt
 from ddl_runtime.transports.gpu import ipc
 from ddl_runtime.transports.gpu.ipc_standin import StandInBackend
 from ddl_runtime.transports.gpu.transport import Transport, state
