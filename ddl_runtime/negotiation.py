@@ -63,6 +63,8 @@ class Request:
     device: str = "cpu"  # where the caller's tensors live ("cpu", "cuda"): ranks must agree, as on dtypes.
     # Off the CPU the caller scales (pre/postscale, the average's division) on the device in the
     # tensor's dtype, as Horovod's GPU build does; the engine only combines (engine_params)
+    allocate: Optional[Callable[[int, tuple], np.ndarray]] = None  # allgather/alltoall: output i of a shape
+    # (None: new host memory); horovod.torch's host staging hands out pooled pinned buffers
 
     @property
     def key(self) -> str:
@@ -525,7 +527,7 @@ class Controller:
         """A fused group of device tensors ("<dtype>@<device>"), in the negotiated order: reduced on the
         device through the runtime's process group (gpu/nccl.py), no host copy.  Outputs of None get
         the input's values in a new tensor; a joined rank contributes zeros on its device."""
-        from .gpu import nccl
+        from .gpu import nccl, negotiated
         from . import runtime
         torch = sys.modules["torch"]
         op, prescale, postscale = key[1]
@@ -551,7 +553,7 @@ class Controller:
             if prescale != 1.0:
                 for t in tensors:
                     t.mul_(prescale)
-            pending = nccl.allreduce_start(nccl.process_group(rt), tensors, {"average": "avg"}.get(op, op),
+            pending = nccl.allreduce_start(negotiated.group_of(self), tensors, {"average": "avg"}.get(op, op),
                                            self.size, [])
 
         def finish() -> None:
@@ -569,13 +571,17 @@ class Controller:
             return  # only allreduce runs on ranks that do not hold the tensor (joined); checked above
         req = handle.request
         names = [t[0] for t in req.tensors]
+        if req.tensors and "@" in req.tensors[0][1]:  # device tensors (horovod.torch on the NCCL transport)
+            from .gpu import negotiated
+            self._track(negotiated.post(self, kind, entry, handle), [handle], names)
+            return
         flights = []
         if kind == "allgather":
             handle.result = []
             for i, (_, _, shape) in enumerate(req.tensors):
                 rows = [int(entry.descs[r][3][i][2][0]) for r in range(self.size)]
                 src = req.inputs[i]
-                req.outputs[i] = np.empty((sum(rows),) + tuple(src.shape[1:]), dtype=src.dtype)
+                req.outputs[i] = _output(req, i, (sum(rows),) + tuple(src.shape[1:]), src.dtype)
                 handle.result.append(rows)
                 flights.append(kernels.post_allgather(self.data, src, req.outputs[i], rows, "ALLGATHER"))
         elif kind == "broadcast":
@@ -586,7 +592,7 @@ class Controller:
             recv = [int(entry.descs[r][4][self.rank]) for r in range(self.size)]
             handle.result = recv
             out_shape = (sum(recv),) + tuple(req.tensors[0][2][1:])
-            out = np.empty(out_shape, dtype=req.inputs[0].dtype)
+            out = _output(req, 0, out_shape, req.inputs[0].dtype)
             req.outputs = [out]
             flights.append(kernels.post_alltoall(self.data, req.inputs[0], out, req.extra, recv, "ALLTOALL"))
         elif kind == "reducescatter":
@@ -818,6 +824,11 @@ class _AdasumFlight(_BlockingFlight):
         except DDLError as exc:  # the group's requests fail with it (this set is broken: see idle)
             for h in self.handles:
                 h.error = h.error or exc
+
+
+def _output(req: Request, i: int, shape: tuple, dtype) -> np.ndarray:
+    """Output i of an allgather or alltoall, once its shape is known: the request's memory, else new."""
+    return req.allocate(i, shape) if req.allocate is not None else np.empty(shape, dtype=dtype)
 
 
 def _nbytes(t: tuple) -> int:
