@@ -10,7 +10,8 @@ CPU tensors runs the very same code.  What Horovod's GPU build does (nccl_operat
     a group of tensors is fused into one buffer per rank;
   * alltoall is one all_to_all_single on the byte rows (Horovod: grouped ncclSend/ncclRecv);
   * reducescatter sums with reduce_scatter_tensor (the caller scales, as for allreduce); rows that
-    do not divide evenly (the first ranks get one more) are padded to the longest part.
+    do not divide evenly (the first ranks get one more) are padded to the longest part.  On gloo
+    (CI), which has no reduce-scatter of its own, the padded tensor is all-reduced instead.
 
 Each `*_start` enqueues the work (async, on NCCL's stream, ordered after the caller's) and returns
 an nccl.Pending whose wait() returns the outputs, on the input's device.  The ranks passed here are
@@ -124,6 +125,7 @@ def reducescatter_start(group, tensors: Sequence, rows: Sequence[Sequence[int]],
     torch = _torch()
     dist = torch.distributed
     works, results, slices = [], [], []
+    native = _native_reduce_scatter(group)
     for t, parts in zip(tensors, rows):
         t = t.detach().contiguous()
         longest = max(parts)
@@ -136,9 +138,15 @@ def reducescatter_start(group, tensors: Sequence, rows: Sequence[Sequence[int]],
             for r, p in enumerate(parts):
                 src[r * longest:r * longest + p] = t[at:at + p]
                 at += p
-        out = t.new_empty((longest,) + rest)
-        if out.numel():
-            works.append(dist.reduce_scatter_tensor(out, src, group=group, async_op=True))
+        if native:
+            out = t.new_empty((longest,) + rest)
+            if out.numel():
+                works.append(dist.reduce_scatter_tensor(out, src, group=group, async_op=True))
+        else:  # the whole (padded) tensor summed; this rank's part taken from it
+            out = src.clone()
+            if out.numel():
+                works.append(dist.all_reduce(out, group=group, async_op=True))
+            out = out[rank * longest:(rank + 1) * longest]
         slices.append((out, parts[rank]))
         results.append(None)
 
@@ -146,3 +154,9 @@ def reducescatter_start(group, tensors: Sequence, rows: Sequence[Sequence[int]],
         for i, (out, mine) in enumerate(slices):
             results[i] = out[:mine]
     return Pending(works, finish, results)
+
+
+def _native_reduce_scatter(group) -> bool:
+    """NCCL reduce-scatters (ncclReduceScatter); gloo has none of its own: torch runs it as a Work that
+    never reports completion until waited on, which a negotiated, polled collective cannot use."""
+    return _torch().distributed.get_backend(group) == "nccl"

@@ -128,3 +128,23 @@ def test_horovod_torch_stages_through_the_pinned_pool_with_async_handles_holding
     each on their own buffers, and a second round of the same calls reuses the pool's buffers."""
     ranks = run_mpi(2, "hvd_staged_job.py", timeout=180).summary(2)
     assert all(rank["allocations"] > 0 for rank in ranks)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_horovod_device_route_moves_and_reduces_through_the_process_group_as_the_host_path_does(run_mpi, ranks):
+    """horovod.torch on the NCCL transport (issue 41), run on CPU tensors through gloo: allgather (first
+    dims differ, grouped, async), broadcast (in place or not), alltoall (splits), reducescatter (uneven,
+    scaled, grouped), allreduce, on the global set and a process set, with a joined rank, in the dtypes
+    Horovod's test_torch.py uses; each equal to the host path's result, and the device route the one
+    that ran (its nccl_ops / nccl calls counted) when the transport is NCCL."""
+    ranks_out = run_mpi(ranks, "hvd_device_route_job.py", timeout=300).summary(ranks)
+    for rank in ranks_out:
+        for kind in ("allgather_start", "broadcast_start", "alltoall_start", "reducescatter_start",
+                     "allreduce_start"):
+            assert rank["calls"].get(kind), (rank["rank"], kind, rank["calls"])
+
+
+def test_host_staged_allgather_and_alltoall_outputs_are_pinned_pool_memory(run_mpi):
+    """Host-staged allgather and alltoall (ranks sharing a GPU) receive into the staging's pool
+    (pinned where CUDA is present; a CPU stand-in here), given back once copied onto the device."""
+    run_mpi(2, "hvd_device_route_job.py", "pinned", timeout=180).summary(2)

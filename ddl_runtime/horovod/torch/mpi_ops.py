@@ -130,7 +130,7 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
                      prescale: float, postscale: float, process_set, what: str, group: bool):
     """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
     device = _device_of(tensors, what)
-    if device == "cuda" and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
+    if device in _route.DEVICES and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
         return _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group)
     for t in tensors:
         _check_tensor(t, what, reduce=True)
