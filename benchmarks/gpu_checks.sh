@@ -14,6 +14,8 @@
 #   4. ddl_runtime.torch.DistributedOptimizer, 2 ranks sharing the GPU, against a one-process reference;
 #   5. gpu/nccl.py's collectives and horovod.torch's device route on CUDA through a real NCCL group, at one
 #      rank (NCCL refuses two ranks on one GPU: the NCCL transport across ranks needs two GPUs);
+#      then (nccl-ops) hvd's allgather, broadcast, alltoall, reducescatter there, and the host-staged
+#      allgather/alltoall outputs pinned;
 #   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D;
 #   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound.
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
@@ -49,5 +51,6 @@ run collectives-1-rank 1 90 -- collectives
 run forced-nccl-shared 2 90 -genv DDL_GPU_TRANSPORT nccl -- forced-nccl
 run optimizer-2-ranks 2 90 -- optimizer
 run nccl-code-1-rank 1 90 -- nccl-code
+run nccl-ops-1-rank 1 120 -- nccl-ops
 run bound-2-ranks 2 150 -- bound
 run hvd-bound-2-ranks 2 150 -- hvd-bound
