@@ -99,6 +99,8 @@ def allgather_start(group, tensors: Sequence, rows: Sequence[Sequence[int]], ran
                 at += n
         for i, t in enumerate(ts):
             flat = parts[i][0] if size == 1 else torch.cat(parts[i])
+            if flat.storage_offset() % t.element_size():  # after a tensor of a narrower dtype in the group
+                flat = flat.clone()
             out = flat.view(t.dtype) if widths[i] else torch.empty(0, dtype=t.dtype, device=device)
             results[i] = out.reshape((sum(rows[i]),) + tuple(t.shape[1:]))
     return Pending(works, finish, results)

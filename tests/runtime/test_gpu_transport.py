@@ -148,3 +148,28 @@ def test_host_staged_allgather_and_alltoall_outputs_are_pinned_pool_memory(run_m
     """Host-staged allgather and alltoall (ranks sharing a GPU) receive into the staging's pool
     (pinned where CUDA is present; a CPU stand-in here), given back once copied onto the device."""
     run_mpi(2, "hvd_device_route_job.py", "pinned", timeout=180).summary(2)
+
+
+def test_nccl_ops_at_one_rank_fuse_a_group_of_mixed_dtypes_and_keep_views_aligned():
+    """gpu/nccl_ops.py in this process, on a one-rank gloo group (a GPU check's single rank runs the
+    same): a fused allgather whose float64 part follows 3 int8 bytes in the buffer comes back as a
+    proper float64 tensor; broadcast into a non-contiguous tensor; alltoall and reducescatter."""
+    from ddl_runtime.gpu import nccl_ops
+    dist = torch.distributed
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD
+        ts = [torch.arange(3, dtype=torch.int8), torch.arange(4, dtype=torch.float64).reshape(2, 2),
+              torch.tensor([True, False]), torch.zeros(0, 3, dtype=torch.int16)]
+        outs = nccl_ops.allgather_start(group, ts, [[3], [2], [2], [0]], 0).wait()
+        for got, want in zip(outs, ts):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        t = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()
+        nccl_ops.broadcast_start(group, [t], 0).wait()
+        assert torch.equal(t, torch.arange(6, dtype=torch.float32).reshape(2, 3).t())
+        (moved,) = nccl_ops.alltoall_start(group, torch.arange(4, dtype=torch.int16), [4], [4]).wait()
+        assert torch.equal(moved, torch.arange(4, dtype=torch.int16))
+        (part,) = nccl_ops.reducescatter_start(group, [torch.ones(3, 2)], [[3]], 0).wait()
+        assert torch.equal(part, torch.ones(3, 2))
+    finally:
+        dist.destroy_process_group()

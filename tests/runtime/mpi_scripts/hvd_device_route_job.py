@@ -142,6 +142,10 @@ def device_route_checks():
                 value(R, (N, 2), dtype), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5, name=tag),
                 ["reducescatter_start"])
 
+    both("grouped_allgather mixed dtypes", lambda tag: hvd.grouped_allgather(
+        [value(R, (R + 1, 3), torch.int8), value(R, (2,), torch.float64), value(R, (1, 1), torch.int16)], name=tag),
+        ["allgather_start"])
+
     # -- async, submitted in opposite orders on odd and even ranks: the negotiated order runs them ---------
     def in_flight(tag):
         starts = [
