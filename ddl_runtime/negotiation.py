@@ -832,7 +832,8 @@ def _output(req: Request, i: int, shape: tuple, dtype) -> np.ndarray:
 
 
 def _nbytes(t: tuple) -> int:
-    return math.prod(t[2]) * np.dtype(t[1]).itemsize
+    dtype = t[1].partition("@")[0]  # device tensors are announced "<dtype>@<device>" (torch's names)
+    return math.prod(t[2]) * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize)
 
 
 def _params(kind: str, params: tuple) -> str:

@@ -165,6 +165,14 @@ def device_route_checks():
         return results
 
 
+    def fused(tag):  # allreduces of one dtype negotiated in one round: fused into one group
+        handles = [hvd.allreduce_async(value(R, (3, k + 1), torch.int64), op=hvd.Sum, name=f"{tag}.{k}")
+                   for k in range(6)]
+        grouped = hvd.grouped_allreduce([value(R, (4,), torch.float32), value(R, (2, 2), torch.float32, 1),
+                                         value(R, (3,), torch.bfloat16)], op=hvd.Sum, name=f"{tag}.g")
+        return [hvd.synchronize(h) for h in handles] + grouped
+
+    both("allreduce async fused", fused, ["allreduce_start"])
     both("async in flight", in_flight, ["allgather_start", "broadcast_start", "alltoall_start", "reducescatter_start"])
 
     # -- non-contiguous in place, and gradients ---------------------------------------------------------------
