@@ -17,7 +17,9 @@
 #      then (nccl-ops) hvd's allgather, broadcast, alltoall, reducescatter there, and the host-staged
 #      allgather/alltoall outputs pinned;
 #   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D;
-#   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound.
+#   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound;
+#   8. Horovod's test_torch.py at one rank (its CUDA tensors on the NCCL device route), where the suite
+#      is at $HOROVOD_SUITE (default .conformance/horovod; log: test_torch_1rank_nccl.log).
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
 # summary.txt (the machine and each run's exit status), pip.log.
 set -u
@@ -54,3 +56,11 @@ run nccl-code-1-rank 1 90 -- nccl-code
 run nccl-ops-1-rank 1 120 -- nccl-ops
 run bound-2-ranks 2 150 -- bound
 run hvd-bound-2-ranks 2 150 -- hvd-bound
+# Horovod's test_torch.py at one rank: its CUDA tensors take the NCCL device route (a group of one)
+SUITE=${HOROVOD_SUITE:-$PWD/.conformance/horovod}
+if [ -f "$SUITE/parallel/test_torch.py" ]; then
+    (cd "$SUITE" && timeout 300 python3 -m wmlce_tools.ddlrun.cli --horovod -n 1 python3 -m pytest -q -rs \
+        -p no:cacheprovider -o addopts="" parallel/test_torch.py) > "$OUT/test_torch_1rank_nccl.log" 2>&1
+    echo "test_torch-1-rank-nccl: exit $?; $(grep -E '[0-9]+ (passed|failed)' "$OUT/test_torch_1rank_nccl.log" | tail -1)" \
+        | tee -a "$OUT/summary.txt"
+fi
