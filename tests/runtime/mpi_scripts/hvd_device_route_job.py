@@ -9,7 +9,8 @@ path (the route off: the CPU engine over MPI), and the two results compared, in 
 Horovod's test_torch.py uses (and bfloat16, bool for the moves): allgather (first dims differ,
 0-d, grouped, async, gradient), broadcast (out of place, in place, non-contiguous in place),
 alltoall (splits, even, async, gradient), reducescatter (sum, average, scaled, uneven rows,
-grouped), allreduce, on the global set and on a process set of some ranks, with a joined rank.
+grouped), allreduce, on the global set and on a process set of some ranks, with a joined rank;
+and the core API's bcast and allgather of device tensors (ddl_runtime.gpu) through the group.
 Calls counted in nccl_ops / nccl show which route ran.
 
 `pinned` as the argument runs the host staging instead (a CPU stand-in of the pinned pool):
@@ -24,7 +25,8 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime import runtime as _rt
+from ddl_runtime import gpu, runtime as _rt
+from ddl_runtime.buffers import TensorRef
 from ddl_runtime.gpu import host, nccl, nccl_ops
 from ddl_runtime.gpu.transport import Transport, state
 from ddl_runtime.horovod.torch import device_route, mpi_ops
@@ -204,6 +206,23 @@ def device_route_checks():
 
 
     both("alltoall gradient", alltoall_grad, ["alltoall_start"])
+
+    # -- the core API's bcast and allgather (ddl_runtime.gpu) on the NCCL transport: the process group,
+    # never the host callables
+    def core(tag):
+        def host(_):
+            failures.append(f"{tag}: the core collective went through the host")
+        ts = [value(R, (4,), torch.float16), value(R, (2, 3), torch.int64)]
+        refs = [TensorRef(t, f"{tag}.{i}", str(t.dtype)[6:], tuple(t.shape), None, "torch") for i, t in enumerate(ts)]
+        gpu.bcast(rt, refs, N - 1, host)
+        mine = value(R, (R + 1, 2), torch.float32)
+        gathered = gpu.allgather(rt, TensorRef(mine, f"{tag}.ag", "float32", tuple(mine.shape), None, "torch"), host)
+        return ts + [gathered]
+
+    got = core("core")
+    same("core bcast f16", got[0], value(N - 1, (4,), torch.float16))
+    same("core bcast i64", got[1], value(N - 1, (2, 3), torch.int64))
+    same("core allgather", got[2], torch.cat([value(r, (r + 1, 2), torch.float32) for r in range(N)]))
 
     # -- a process set of some ranks (every rank adds it; members only use it) ---------------------------------
     members = [0, N - 1] if N > 2 else [1]  # not every rank (that is the global set)
