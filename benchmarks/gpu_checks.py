@@ -23,7 +23,7 @@ import time
 import torch
 
 import ddl_runtime as ddl
-from ddl_runtime import runtime as _rt
+from ddl_runtime.state import runtime as _rt
 from ddl_runtime.errors import DDLError
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64]
@@ -135,7 +135,7 @@ def nccl_code(R, N, dev, failures):
     """gpu/nccl.py's collectives and horovod's device route on CUDA through a real NCCL group (run at
     one rank: two ranks on one GPU are what NCCL refuses; results are then each rank's own values)."""
     import ddl_runtime.horovod.torch as hvd
-    from ddl_runtime.gpu import nccl
+    from ddl_runtime.transports.gpu import nccl
     from ddl_runtime.horovod.common.process_sets import global_process_set
     hvd.init()  # the process sets (the runtime is already up)
     from ddl_runtime.horovod.common.requests import submit
@@ -177,7 +177,7 @@ def nccl_ops_check(R, N, dev, failures):
     the device route (gpu/nccl_ops.py on a real NCCL group; at one rank each result is the rank's own
     values), the route's calls counted; then the host-staged allgather/alltoall outputs pinned."""
     import ddl_runtime.horovod.torch as hvd
-    from ddl_runtime.gpu import nccl_ops
+    from ddl_runtime.transports.gpu import nccl_ops
     from ddl_runtime.horovod.torch import device_route, mpi_ops
     hvd.init()
     calls = []
@@ -270,7 +270,7 @@ def hvd_bound(R, N, dev, failures, repeat=15):
     hvd.init()
     cuda = dev.type == "cuda"
     if not cuda:  # the smoke run: CPU tensors take the staged route, through plain memory
-        from ddl_runtime.gpu import host
+        from ddl_runtime.transports.gpu import host
         from ddl_runtime.horovod.torch import mpi_ops
         staging = host.Staging(host.PinnedPool(host.cpu_allocator), host.HostCopies())
         mpi_ops._staging = lambda tensors: staging

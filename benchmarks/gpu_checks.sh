@@ -18,7 +18,10 @@
 #      allgather/alltoall outputs pinned;
 #   6. the bound: host-staged allreduce of 64 MB and 4 MB against pinned D2H + host allreduce + H2D;
 #   7. hvd-bound: horovod.torch's hvd.allreduce of the same CUDA tensors against the same bound;
-#   8. Horovod's test_torch.py at one rank (its CUDA tensors on the NCCL device route), where the suite
+#   8. sweep-1gpu-trials (unverified until run on a GPU): `wml sweep` of 4 one-GPU trials packed on this host
+#      (the local site): each trial holds one GPU, not the node (CUDA_VISIBLE_DEVICES = its GPU; on a 1-GPU
+#      host they run one after another), every trial COMPLETED with its metrics (wml sweep show --format json).
+#   9. Horovod's test_torch.py at one rank (its CUDA tensors on the NCCL device route), where the suite
 #      is at $HOROVOD_SUITE (default .conformance/horovod; log: test_torch_1rank_nccl.log).
 # Writes under $OUT: results.jsonl (rank 0's RESULT line of each run), checks.log (all output, by run),
 # summary.txt (the machine and each run's exit status), pip.log.
@@ -56,6 +59,18 @@ run nccl-code-1-rank 1 90 -- nccl-code
 run nccl-ops-1-rank 1 120 -- nccl-ops
 run bound-2-ranks 2 150 -- bound
 run hvd-bound-2-ranks 2 150 -- hvd-bound
+run_sweep() {
+    local work; work=$(mktemp -d)
+    { echo "== sweep-1gpu-trials"
+      WML_JOBS_DIR=$work/jobs WML_DATA_DIR=$work/data timeout 300 python3 -m wmlce_tools sweep --gpus-per-rank 1 \
+          --seeds 4 --json python3 "$PWD/benchmarks/_sweep_gpu_trial.py" > "$work/sweep.json" 2> "$work/sweep.err"
+      echo "exit $?"; tail -5 "$work/sweep.err"
+      run_id=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])['run_id'])" "$work/sweep.json")
+      WML_JOBS_DIR=$work/jobs WML_DATA_DIR=$work/data python3 -m wmlce_tools sweep show "$run_id" --format json
+    } >> "$OUT/checks.log" 2>&1
+    echo "sweep-1gpu-trials: see checks.log" | tee -a "$OUT/summary.txt"
+}
+run_sweep
 # Horovod's test_torch.py at one rank: its CUDA tensors take the NCCL device route (a group of one)
 SUITE=${HOROVOD_SUITE:-$PWD/.conformance/horovod}
 if [ -f "$SUITE/parallel/test_torch.py" ]; then

@@ -24,7 +24,7 @@ import time
 import torch
 
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime import runtime as _rt
+from ddl_runtime.state import runtime as _rt
 try:
     from ddl_runtime.horovod.torch import device_route
 except ImportError:  # main before issue 41 (the pageable baseline, --staged-only): no device route
@@ -44,8 +44,8 @@ def main():
     if device_route is None and not args.staged_only:
         ap.error("this tree has no device route (ddl_runtime/horovod/torch/device_route.py): use --staged-only")
     if args.cpu:
-        from ddl_runtime.gpu import nccl
-        from ddl_runtime.gpu.transport import Transport, state
+        from ddl_runtime.transports.gpu import nccl
+        from ddl_runtime.transports.gpu.transport import Transport, state
         nccl.process_group(rt, backend="gloo")
         state(rt).transport = Transport("nccl", "--cpu smoke run")
         dev = torch.device("cpu")

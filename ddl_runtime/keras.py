@@ -57,9 +57,9 @@ import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
 import ddl_runtime as _ddl  # noqa: E402
-from ddl_runtime.basics import init, is_root, rank, scale_lr, size  # noqa: E402
-from ddl_runtime.buffers import SUPPORTED_DTYPES  # noqa: E402
-from ddl_runtime.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
+from ddl_runtime.collectives.basics import init, is_root, rank, scale_lr, size  # noqa: E402
+from ddl_runtime.engine.buffers import SUPPORTED_DTYPES  # noqa: E402
+from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
 from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
 from ddl_runtime.checkpoint.keras import WalltimeCheckpoint  # noqa: E402,F401
 
@@ -198,7 +198,7 @@ def _average_gradients_tf(grads: List[Any], names: List[str], op: str) -> List[A
     """
     import tensorflow as tf
 
-    from ddl_runtime import tensorflow as ddl_tf
+    from ddl_runtime.frameworks import tensorflow as ddl_tf
 
     present = [i for i, g in enumerate(grads) if g is not None]
     dense = [tf.convert_to_tensor(grads[i]) for i in present]
@@ -367,7 +367,7 @@ def _prepare_tf_train_step(model: "keras.Model") -> None:
     runs come back as themselves instead of as a tf.errors.OpError carrying their text."""
     import tensorflow as tf
 
-    from ddl_runtime import tensorflow as ddl_tf
+    from ddl_runtime.frameworks import tensorflow as ddl_tf
 
     # Every rank must train the same variables: checked here, eagerly (not while tracing).
     variables = list(model.trainable_variables)

@@ -38,10 +38,10 @@ import numpy as np
 import torch
 
 import ddl_runtime as _ddl
-from ddl_runtime.basics import init, is_root, local_rank, rank, scale_lr, size
+from ddl_runtime.collectives.basics import init, is_root, local_rank, rank, scale_lr, size
 from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.checkpoint.torch import Checkpointer
-from ddl_runtime.crossrank import check_consistent as _check_consistent
+from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
 
 try:  # a more specific type when the core runtime provides it
@@ -384,13 +384,13 @@ class _Bucket:
         self.views: Dict[int, tuple] = {}
 
     def flatten(self, op: str) -> None:
-        """Reduce this bucket as ONE flat array (ddl_runtime.shm.flat_allreduce.FlatAllreduce): every
+        """Reduce this bucket as ONE flat array (ddl_runtime.collectives.flat_allreduce.FlatAllreduce): every
         gradient and then the presence flags (its tail).  Each step copies the fresh gradients
         into the array it hands out (on one host, this rank's slot in the shared-memory arena)
         with one torch op, and the reduced values back out with another; nothing is validated
         per step.  For small CPU buckets, where a latency-bound step pays for per-tensor work and
         for every pass over the bucket."""
-        from ddl_runtime.shm.flat_allreduce import FlatAllreduce
+        from ddl_runtime.collectives.flat_allreduce import FlatAllreduce
 
         sizes = [p.numel() for p in self.params]
         np_dtype = np.float32 if self.dtype == torch.float32 else np.float64
@@ -414,8 +414,8 @@ class _Bucket:
 
 def _flattens(bucket: _Bucket) -> bool:
     """Whether a bucket is reduced as one flat tensor (_Bucket.flatten): CPU float32/float64
-    gradients of at most the one-barrier small path's size (ddl_runtime.shm.group.SMALL_BYTES)."""
-    from ddl_runtime.shm.group import SMALL_BYTES
+    gradients of at most the one-barrier small path's size (ddl_runtime.transports.shm.group.SMALL_BYTES)."""
+    from ddl_runtime.transports.shm.group import SMALL_BYTES
 
     nbytes = (sum(p.numel() for p in bucket.params) + len(bucket.params) + bucket.stop_slot) * bucket.params[0].element_size()
     return (bucket.dtype in (torch.float32, torch.float64) and bucket.params[0].device.type == "cpu"
@@ -423,7 +423,7 @@ def _flattens(bucket: _Bucket) -> bool:
 
 
 def _one_host_shared_memory() -> bool:
-    from ddl_runtime import runtime  # not at import: that would start MPI
+    from ddl_runtime.state import runtime  # not at import: that would start MPI
 
     return runtime.current().shm is not None
 

@@ -8,7 +8,6 @@ stays fast.
 import importlib
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -19,6 +18,7 @@ from typing_extensions import Annotated
 
 from . import __version__
 from .errors import WmlError, run_main
+from .options import JobOptions, Site, flag_options, job_options, plan_from
 
 class _LazyGroup(TyperGroup):
     """A click group whose sub-commands in ``LAZY`` are imported on first use (the pattern
@@ -34,6 +34,7 @@ class _LazyGroup(TyperGroup):
         "status": ("wmlce_tools.jobs.cli", "register"),
         "cancel": ("wmlce_tools.jobs.cli", "register"),
         "logs": ("wmlce_tools.jobs.cli", "register"),
+        "sweep": ("wmlce_tools.sweep.cli", "app"),
     }
 
     def list_commands(self, ctx):
@@ -80,48 +81,9 @@ def _main(version: Annotated[Optional[bool], typer.Option("--version", callback=
     """wml: turn a training script into a correct, tracked job on the machine you are on."""
 
 
-# Options shared by render and submit --------------------------------------------------
-Site = Annotated[Optional[str], typer.Option("--site", "-s", help="Site profile (default: $WML_SITE, detection, then 'local').")]
-Nodes = Annotated[int, typer.Option("--nodes", "-N", help="Nodes.")]
-RanksPerNode = Annotated[Optional[int], typer.Option(help="Ranks per node (default: GPUs per node, or 1).")]
-GpusPerRank = Annotated[Optional[int], typer.Option(help="GPUs per rank (default: GPUs per node / ranks per node).")]
-RanksPerGpu = Annotated[Optional[int], typer.Option(help="K consecutive ranks of a node share one GPU (ranks per node default to GPUs x K; Summit adds -alloc_flags gpumps).")]
-CoresPerRank = Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")]
-ThreadsPerCore = Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")]
-Walltime = Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM, HH:MM:SS or seconds (90s); schedulers get whole minutes, rounded up.")]
-Queue = Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")]
-Project = Annotated[Optional[str], typer.Option("--project", "-P", help="Project/account to charge.")]
-JobName = Annotated[str, typer.Option("--job-name", "-J", help="Job name.")]
-Output = Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")]
-ErrorFile = Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")]
-Env = Annotated[Optional[str], typer.Option("--env", help="Env to activate in the job: a conda env (name or path) or a virtualenv (python -m venv, uv venv; by path). wml render and --dry-run for another site take a path as it is there.")]
-StageEnv = Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")]
-Module = Annotated[Optional[List[str]], typer.Option("--module", help="Module to load (repeatable).")]
-Export = Annotated[Optional[List[str]], typer.Option("--export", help="KEY=VALUE exported to every rank (repeatable).")]
-After = Annotated[Optional[str], typer.Option("--after", help="Start after job JOBID has completed successfully.")]
-RackContiguous = Annotated[bool, typer.Option("--rack-contiguous", help="LSF expert mode: nodes in as few racks as possible.")]
-AllocFlags = Annotated[Optional[List[str]], typer.Option("--alloc-flags", help="LSF -alloc_flags words beside the SMT level, which follows --threads-per-core (e.g. 'gpumps NVME'; repeatable).")]
-GpuBinding = Annotated[Optional[str], typer.Option("--gpu-binding", help="per-rank: each rank sees only its GPUs; local-rank: one resource set per node with all its GPUs visible (CUDA IPC between them), each rank picks its GPU by local rank (default: the site's).")]
-Horovod = Annotated[bool, typer.Option("--horovod", help="Run a Horovod script unchanged: 'import horovod.torch' (.tensorflow, .keras) gives ddl_runtime's Horovod API (exports WML_HOROVOD=1 for ddlrun).")]
-ChainLength = Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")]
-CheckpointDir = Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")]
-SignalMargin = Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")]
+# render and submit take the job options of options.JobOptions (declared once there)
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
 OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
-
-
-def _horovod_exports(export, horovod: bool):
-    """--horovod: the job script exports WML_HOROVOD=1, which turns on ddlrun --horovod.
-    ``--export WML_HOROVOD=...`` and ``--export HOROVOD_*=...`` are checked now as ddlrun checks
-    them in the job, so a bad value fails here, not after the queue wait."""
-    export = [*(export or []), "WML_HOROVOD=1"] if horovod else export
-    given = dict(item.partition("=")[::2] for item in export or () if "=" in item)
-    if any(k == "WML_HOROVOD" or k.startswith("HOROVOD_") for k in given):
-        from .ddlrun.horovod import check_settings, wanted
-
-        if wanted(horovod, given):
-            check_settings((), given, timeline_file=False)   # the file is written on the compute nodes
-    return export
 
 
 def _check_no_option(program: Optional[List[str]]) -> None:
@@ -139,60 +101,14 @@ def _check_no_option(program: Optional[List[str]]) -> None:
     raise WmlError(f"unknown option {program[0]!r}{hint} (options go before the program; see {ctx.command_path} -h)")
 
 
-def _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-          queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-          alloc_flags=None, gpu_binding=None, interactive=False, jobdir=None,
-          chain=None, checkpoint_dir=None, signal_margin=None, preview=False, logs_dir=None, ranks_per_gpu=None,
-          stage_env=None):
-    """The JobPlan (with ``chain``: segment 1's, and the Chain), everything checked (``preview``:
-    only shown, see plan_job)."""
-    from .chain.spec import check_length
-    from .jobscript import plan_job
-    from .resources import ResourceRequest, parse_exports
-    from .site.registry import choose_site
-    from .submit import new_jobdir
-    from .walltime import parse_duration_s
-
-    check_length(chain, interactive)
-    if chain is None and (checkpoint_dir is not None or signal_margin is not None):
-        raise WmlError("--checkpoint-dir and --signal-margin go with --chain N")
-    profile = choose_site(site)
-    walltime_s = parse_duration_s(walltime) if walltime is not None else None
-    req = ResourceRequest(
-        nodes=nodes, ranks_per_node=ranks_per_node, gpus_per_rank=gpus_per_rank, ranks_per_gpu=ranks_per_gpu,
-        cores_per_rank=cores_per_rank, threads_per_core=threads_per_core,
-        walltime=-(-walltime_s // 60) if walltime_s is not None else None, walltime_s=walltime_s,
-        queue=queue, project=project, job_name=job_name, output=output, error=error,
-        after=after, conda_env=env, modules=tuple(module or ()), exports=parse_exports(export or []),
-        rack_contiguous=rack_contiguous,
-        alloc_flags=tuple(w for text in alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=gpu_binding, stage_env=stage_env)
-    if jobdir is None:
-        base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
-        jobdir = new_jobdir(base.absolute(), job_name)
-    if chain is None:
-        return plan_job(profile, req, program or [], jobdir=jobdir, interactive=interactive, preview=preview), None
-    from .chain.submit import plan_chain, segment_plan
-
-    plan = plan_job(profile, req, program or [], jobdir=jobdir, preview=preview)
-    run = plan_chain(plan, jobdir, chain, checkpoint_dir, signal_margin, walltime_s)
-    return segment_plan(plan, run, 1, logs_dir=logs_dir), run
-
-
 def _warn(plan) -> None:
     for line in plan.warnings:
         sys.stderr.write(f"wml: warning: {line}\n")
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
-def render(program: Program, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
-           gpus_per_rank: GpusPerRank = None, ranks_per_gpu: RanksPerGpu = None, cores_per_rank: CoresPerRank = None,
-           threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
-           project: Project = None, job_name: JobName = "wml-job", output: Output = None,
-           error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
-           after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
-           gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
-           signal_margin: SignalMargin = None, stage_env: StageEnv = None) -> None:
+@job_options
+def render(program: Program, opts: JobOptions) -> None:
     """Print the job script for PROGRAM on a site (writes and submits nothing).
 
     The script's output and error files go to the current directory (it exists when you
@@ -203,25 +119,15 @@ def render(program: Program, site: Site = None, horovod: Horovod = False, nodes:
     from .jobscript import render_script
 
     _check_no_option(program)
-    export = _horovod_exports(export, horovod)
-    plan, _ = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                    queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-                    alloc_flags, gpu_binding, jobdir=Path.cwd().absolute(), chain=chain,
-                    checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=True,
-                    logs_dir=Path.cwd().absolute(), ranks_per_gpu=ranks_per_gpu, stage_env=stage_env)
+    here = Path.cwd().absolute()
+    plan, _ = plan_from(opts, program, jobdir=here, preview=True, logs_dir=here)
     _warn(plan)
     sys.stdout.write(render_script(plan))
 
 
 @app.command(context_settings=PROGRAM_CONTEXT)
-def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod = False, nodes: Nodes = 1, ranks_per_node: RanksPerNode = None,
-           gpus_per_rank: GpusPerRank = None, ranks_per_gpu: RanksPerGpu = None, cores_per_rank: CoresPerRank = None,
-           threads_per_core: ThreadsPerCore = None, walltime: Walltime = None, queue: Queue = None,
-           project: Project = None, job_name: JobName = "wml-job", output: Output = None,
-           error: ErrorFile = None, env: Env = None, module: Module = None, export: Export = None,
-           after: After = None, rack_contiguous: RackContiguous = False, alloc_flags: AllocFlags = None,
-           gpu_binding: GpuBinding = None, chain: ChainLength = None, checkpoint_dir: CheckpointDir = None,
-           signal_margin: SignalMargin = None, stage_env: StageEnv = None,
+@job_options
+def submit(program: OptionalProgram = None, opts: JobOptions = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
@@ -236,12 +142,7 @@ def submit(program: OptionalProgram = None, site: Site = None, horovod: Horovod 
     from .submit import submit as do_submit, submit_command_text
 
     _check_no_option(program)
-    export = _horovod_exports(export, horovod)
-    plan, run = _plan(site, nodes, ranks_per_node, gpus_per_rank, cores_per_rank, threads_per_core, walltime,
-                      queue, project, job_name, output, error, env, module, export, after, rack_contiguous, program,
-                      alloc_flags, gpu_binding, interactive=interactive, chain=chain,
-                      checkpoint_dir=checkpoint_dir, signal_margin=signal_margin, preview=dry_run,
-                      ranks_per_gpu=ranks_per_gpu, stage_env=stage_env)
+    plan, run = plan_from(opts, program, interactive=interactive, preview=dry_run)
     _warn(plan)
     if interactive:
         from .interactive import run_interactive
@@ -364,13 +265,15 @@ def _run(argv: Optional[List[str]]) -> Optional[int]:
 
 
 #: render/submit options that take no value (every other option before the program takes one)
-_FLAGS = {"--horovod", "--rack-contiguous", "--dry-run", "--interactive", "--json", "--wait", "--help", "-h"}
+_FLAGS = {*flag_options(), "--dry-run", "--interactive", "--json", "--wait", "--help", "-h"}
+#: commands whose options come before a program (they take JobOptions)
+JOB_COMMANDS = ("render", "submit", "sweep")
 
 
 def _stage_env_flag(argv: List[str]) -> List[str]:
     """``--stage-env`` takes an optional value (``--stage-env=auto``), which typer's options
     cannot: a bare one among render/submit's options becomes ``--stage-env=on``."""
-    if len(argv) < 2 or argv[0] not in ("render", "submit"):
+    if len(argv) < 2 or argv[0] not in JOB_COMMANDS:
         return argv
     out, i = [argv[0]], 1
     while i < len(argv):

@@ -1,4 +1,4 @@
-"""The device transports (ddl_runtime.gpu) on CPU: what needs no GPU is tested here.
+"""The device transports (ddl_runtime.transports.gpu) on CPU: what needs no GPU is tested here.
 
 The choice of transport from every rank's GPU identity and DDL_GPU_TRANSPORT, the pinned pool's
 reuse, the NCCL-path code through a gloo group with 2 real MPI ranks, the host-staging logic
@@ -8,11 +8,11 @@ benchmarks/gpu_checks.sh runs the CUDA side on a machine with a GPU.
 import pytest
 import torch
 
-from ddl_runtime.buffers import TensorRef
+from ddl_runtime.engine.buffers import TensorRef
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
-from ddl_runtime.gpu.devices import GpuIdentity, device_problem, shared_gpus
-from ddl_runtime.gpu.host import HostCopies, PinnedPool, Staging, cpu_allocator
-from ddl_runtime.gpu.transport import decide
+from ddl_runtime.transports.gpu.devices import GpuIdentity, device_problem, shared_gpus
+from ddl_runtime.transports.gpu.host import HostCopies, PinnedPool, Staging, cpu_allocator
+from ddl_runtime.transports.gpu.transport import decide
 
 A, B = GpuIdentity("GPU-aaaa", 0, "H100"), GpuIdentity("GPU-bbbb", 0, "H100")
 
@@ -154,7 +154,7 @@ def test_nccl_ops_at_one_rank_fuse_a_group_of_mixed_dtypes_and_keep_views_aligne
     """gpu/nccl_ops.py in this process, on a one-rank gloo group (a GPU check's single rank runs the
     same): a fused allgather whose float64 part follows 3 int8 bytes in the buffer comes back as a
     proper float64 tensor; broadcast into a non-contiguous tensor; alltoall and reducescatter."""
-    from ddl_runtime.gpu import nccl_ops
+    from ddl_runtime.transports.gpu import nccl_ops
     dist = torch.distributed
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -149,7 +149,7 @@ def _describe(plan) -> str:
 def run_cli(argv: Sequence[str]) -> int:
     opts = parse_args(argv)
     if opts is None:
-        from .. import __version__
+        from .._version import __version__
 
         sys.stdout.write(f"ddlrun (wml) {__version__}\n")
         return 0

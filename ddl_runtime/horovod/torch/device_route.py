@@ -1,11 +1,11 @@
 """horovod.torch's device route: CUDA tensors on the NCCL transport, moved and reduced on the GPU.
 
-Where the job's transport is NCCL (ddl_runtime.gpu.transport: every rank owns its GPU), a CUDA
-tensor on the rank's GPU is submitted as it is (announced "<dtype>@cuda"), negotiated by name like
-any request, and once every rank has it, run in the negotiated order on the process set's process
-group (ddl_runtime.gpu.negotiated -> gpu/nccl.py, gpu/nccl_ops.py): allreduce, allgather (first
-dims may differ), broadcast (in place or not), alltoall (with splits), reducescatter, their grouped
-forms, on the global set or a process set, with joined ranks as on the host (their zeros in an
+Where the job's transport is NCCL (ddl_runtime.transports.gpu.transport: every rank owns its
+GPU), a CUDA tensor on the rank's GPU is submitted as it is (announced "<dtype>@cuda"), negotiated
+by name like any request, and once every rank has it, run in the negotiated order on the process
+set's process group (ddl_runtime.collectives.negotiated_device -> transports/gpu/nccl.py,
+nccl_ops.py): allreduce, allgather (first dims may differ), broadcast (in place or not), alltoall
+(with splits), reducescatter, their grouped forms, on the global set or a process set, with joined ranks as on the host (their zeros in an
 allreduce; the other collectives refuse).  Scaling (average, pre/postscale) is done on the device
 in the tensor's dtype, as Horovod's GPU build does.  As there, every rank count takes it, one rank
 included.  Reductions need a dtype NCCL reduces (not bool, int16); moves take any dtype (bytes).
@@ -21,7 +21,7 @@ from typing import Any, List, Sequence
 
 import torch
 
-from ddl_runtime.negotiation import Handle
+from ddl_runtime.collectives.negotiation import Handle
 
 from ..common.requests import submit
 
@@ -37,8 +37,8 @@ def takes(tensors: Sequence[Any], process_set, reduce: bool = False) -> bool:
     subgroup is made by its members alone.  The same on every rank."""
     if not tensors:
         return False
-    from ddl_runtime import runtime
-    from ddl_runtime.gpu.transport import decided, state
+    from ddl_runtime.state import runtime
+    from ddl_runtime.transports.gpu.transport import decided, state
     rt = runtime.get()
     if rt is None:
         return False
@@ -61,7 +61,7 @@ def takes(tensors: Sequence[Any], process_set, reduce: bool = False) -> bool:
 
 
 def _world_exists() -> bool:
-    from ddl_runtime.gpu import nccl
+    from ddl_runtime.transports.gpu import nccl
     dist = sys.modules["torch"].distributed
     return nccl._group is not None or (dist.is_available() and dist.is_initialized())
 
@@ -72,8 +72,8 @@ def at_add_process_set(rt) -> None:
     a process set's first device collective needs its members only (its subgroup).  Nothing where it
     is not decided or cannot be made: that set's CUDA tensors then go through the host staging."""
     from ddl_runtime.errors import DDLError
-    from ddl_runtime.gpu import nccl
-    from ddl_runtime.gpu.transport import decided
+    from ddl_runtime.transports.gpu import nccl
+    from ddl_runtime.transports.gpu.transport import decided
     try:
         chosen = decided(rt)
     except DDLError:

@@ -20,14 +20,9 @@ import ddl_runtime as _ddl
 import ddl_runtime.torch as _native
 from ddl_runtime.errors import DDLInputError
 
+from ..common.process_sets import is_global as _is_global  # also optimizer.py's, sync_batch_norm.py's
+
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
-
-
-def _is_global(process_set: Any) -> bool:
-    if process_set is None:
-        return True
-    from ddl_runtime.horovod import common
-    return process_set is common.global_process_set or getattr(process_set, "process_set_id", None) == 0
 
 
 def _allgather(tensor: torch.Tensor, name: str, process_set: Any = None) -> torch.Tensor:

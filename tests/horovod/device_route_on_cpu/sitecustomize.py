@@ -14,24 +14,49 @@ def _patch(runtime) -> None:
 
     def init(*args, **kwargs):
         out = real_init(*args, **kwargs)
-        from ddl_runtime.gpu import nccl
-        from ddl_runtime.gpu.transport import Transport, state
+        from ddl_runtime.transports.gpu import nccl
+        from ddl_runtime.transports.gpu.transport import Transport, state
         from ddl_runtime.horovod.torch import device_route
         rt = runtime.current()
         nccl.process_group(rt, backend="gloo")
         if state(rt).transport is None:
             state(rt).transport = Transport("nccl", "device route on CPU (test)")
         device_route.DEVICES.add("cpu")
+        _count_posts()
         return out
     runtime.init = init
 
 
+_posts = {"allreduce": 0}
+
+
+def _count_posts() -> None:
+    """Count the collectives the device route ran (printed at exit: the test checks the route ran)."""
+    from ddl_runtime.collectives import negotiated_device
+    from ddl_runtime.transports.gpu import nccl
+    if getattr(negotiated_device.post, "counted", False):
+        return
+    real_post, real_allreduce = negotiated_device.post, nccl.allreduce_start
+
+    def post(ctl, kind, entry, handle):
+        _posts[kind] = _posts.get(kind, 0) + 1
+        return real_post(ctl, kind, entry, handle)
+
+    def allreduce_start(*args, **kwargs):
+        _posts["allreduce"] += 1
+        return real_allreduce(*args, **kwargs)
+    post.counted = True
+    negotiated_device.post, nccl.allreduce_start = post, allreduce_start
+    import atexit
+    atexit.register(lambda: print(f"DEVICE_ROUTE_POSTS {sorted(_posts.items())}", flush=True))
+
+
 class _Finder(importlib.abc.MetaPathFinder):
-    """Patches ddl_runtime.runtime once it is imported (importing it here would start MPI in every
+    """Patches ddl_runtime.state.runtime once it is imported (importing it here would start MPI in every
     Python process, ddlrun's shims included)."""
 
     def find_spec(self, name, path, target=None):
-        if name != "ddl_runtime.runtime":
+        if name != "ddl_runtime.state.runtime":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         real_exec = spec.loader.exec_module

@@ -3,14 +3,14 @@
 The job's transport is set to NCCL and mpi_ops' device route is let take CPU tensors
 (device_route.DEVICES), so CPU tensors run the code CUDA tensors run on the NCCL transport:
 negotiated by name, then moved or reduced where they lie through the runtime's process group
-(gpu/negotiated.py -> gpu/nccl_ops.py, gpu/nccl.py), here a gloo group bootstrapped the way the
+(collectives/negotiated_device.py -> transports/gpu/nccl_ops.py, nccl.py), here a gloo group bootstrapped the way the
 runtime bootstraps NCCL.  Every call is made twice, through the device route and through the host
 path (the route off: the CPU engine over MPI), and the two results compared, in the dtypes
 Horovod's test_torch.py uses (and bfloat16, bool for the moves): allgather (first dims differ,
 0-d, grouped, async, gradient), broadcast (out of place, in place, non-contiguous in place),
 alltoall (splits, even, async, gradient), reducescatter (sum, average, scaled, uneven rows,
 grouped), allreduce, on the global set and on a process set of some ranks, with a joined rank;
-and the core API's bcast and allgather of device tensors (ddl_runtime.gpu) through the group.
+and the core API's bcast and allgather of device tensors (ddl_runtime.transports.gpu) through the group.
 Calls counted in nccl_ops / nccl show which route ran.
 
 `pinned` as the argument runs the host staging instead (a CPU stand-in of the pinned pool):
@@ -25,10 +25,11 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime import gpu, runtime as _rt
-from ddl_runtime.buffers import TensorRef
-from ddl_runtime.gpu import host, nccl, nccl_ops
-from ddl_runtime.gpu.transport import Transport, state
+from ddl_runtime.state import runtime as _rt
+from ddl_runtime.transports import gpu
+from ddl_runtime.engine.buffers import TensorRef
+from ddl_runtime.transports.gpu import host, nccl, nccl_ops
+from ddl_runtime.transports.gpu.transport import Transport, state
 from ddl_runtime.horovod.torch import device_route, mpi_ops
 
 hvd.init()
@@ -207,7 +208,7 @@ def device_route_checks():
 
     both("alltoall gradient", alltoall_grad, ["alltoall_start"])
 
-    # -- the core API's bcast and allgather (ddl_runtime.gpu) on the NCCL transport: the process group,
+    # -- the core API's bcast and allgather (ddl_runtime.transports.gpu) on the NCCL transport: the process group,
     # never the host callables
     def core(tag):
         def host(_):
