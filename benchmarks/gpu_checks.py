@@ -8,6 +8,7 @@
     python benchmarks/gpu_checks.py forced-nccl    # expects the one-line error of NCCL on a shared GPU
     python benchmarks/gpu_checks.py optimizer      # ddl_runtime.torch.DistributedOptimizer on CUDA
     python benchmarks/gpu_checks.py nccl-code      # gpu/nccl.py and horovod's device route through real NCCL (1 rank)
+    python benchmarks/gpu_checks.py nccl-ops       # hvd allgather/broadcast/alltoall/reducescatter on NCCL (1 rank)
 
 Ranks on one GPU take the ipc transport; `bound` and `hvd-bound` measure the host transport, so run
 them with DDL_GPU_TRANSPORT=host.  Rank 0 prints one `RESULT {json}` line ({"check", "transport",
@@ -313,6 +314,53 @@ def _sizes(dev):
     return (64, 4) if dev.type == "cuda" else (4, 1)
 
 
+def nccl_ops_check(R, N, dev, failures):
+    """horovod.torch's allgather, broadcast(_), alltoall, reducescatter and grouped forms on CUDA through
+    the device route (gpu/nccl_ops.py on a real NCCL group; at one rank each result is the rank's own
+    values), the route's calls counted; then the host-staged allgather/alltoall outputs pinned."""
+    import ddl_runtime.horovod.torch as hvd
+    from ddl_runtime.transports.gpu import nccl_ops
+    from ddl_runtime.horovod.torch import device_route, mpi_ops
+    hvd.init()
+    calls = []
+    for fname in ("allgather_start", "broadcast_start", "alltoall_start", "reducescatter_start"):
+        real = getattr(nccl_ops, fname)
+        setattr(nccl_ops, fname, lambda *a, _f=fname, _real=real, **k: (calls.append(_f), _real(*a, **k))[1])
+
+    def check(label, got, want):
+        if got.device != dev or got.dtype != want.dtype or not torch.equal(got.cpu(), want):
+            failures.append(f"nccl-ops {label}: {got.flatten()[:4].tolist()} on {got.device}")
+    for dtype in [torch.uint8, torch.int8, torch.int16, torch.bool] + DTYPES:
+        x = values(R, (3, 2), dtype).to(dev)
+        check(f"allgather {dtype}", hvd.allgather(x), values(R, (3, 2), dtype))
+        check(f"grouped_allgather {dtype}", hvd.grouped_allgather([x, x[:1]])[1], values(R, (1, 2), dtype))
+        check(f"broadcast {dtype}", hvd.broadcast(x, root_rank=0), values(R, (3, 2), dtype))
+        y = x.clone()
+        check(f"broadcast_ {dtype}", hvd.broadcast_(y, root_rank=0), values(R, (3, 2), dtype))
+        out, received = hvd.alltoall(x, splits=torch.tensor([3], dtype=torch.int32))
+        check(f"alltoall {dtype}", out, values(R, (3, 2), dtype))
+        if dtype in device_route.NCCL_REDUCE_DTYPES and dtype != torch.uint8 and dtype != torch.int8:
+            check(f"reducescatter {dtype}", hvd.reducescatter(x, op=hvd.Sum), values(R, (3, 2), dtype))
+            check(f"grouped_reducescatter {dtype}", hvd.grouped_reducescatter([x, x], op=hvd.Sum)[0],
+                  values(R, (3, 2), dtype))
+    for fname in ("allgather_start", "broadcast_start", "alltoall_start", "reducescatter_start"):
+        if fname not in calls:
+            failures.append(f"nccl-ops: the device route never ran {fname}")
+    device_route.DEVICES.discard("cuda")  # the host staging instead: outputs in the pinned pool
+    try:
+        for start, args in ((mpi_ops._allgather_start, ([values(R, (4, 2), torch.float16).to(dev)], "pin.ag",
+                                                          hvd.global_process_set, "allgather", False)),
+                            (mpi_ops._alltoall_start, (values(R, (4, 2), torch.int32).to(dev), None, "pin.aa",
+                                                       hvd.global_process_set, "alltoall"))):
+            handle, finish = start(*args)
+            handle.wait()
+            if not torch.from_numpy(handle.request.outputs[0]).is_pinned():
+                failures.append(f"nccl-ops: the host-staged {handle.request.kind} output is not pinned")
+            finish(handle)
+    finally:
+        device_route.DEVICES.add("cuda")
+
+
 def _sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -417,6 +465,8 @@ def main():
         collectives(R, N, dev, failures)
     elif check == "nccl-code":
         nccl_code(R, N, dev, failures)
+    elif check == "nccl-ops":
+        nccl_ops_check(R, N, dev, failures)
     elif check == "optimizer":
         optimizer(R, N, dev, failures)
     elif check == "helpers":

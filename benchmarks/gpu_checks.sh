@@ -108,6 +108,7 @@ entry collectives-1-rank        30 both -- $M1 $CHECKS collectives
 entry forced-nccl-shared        25 gpu  -- $M2 -genv DDL_GPU_TRANSPORT nccl $CHECKS forced-nccl
 entry optimizer-2-ranks         30 both -- $M2 $CHECKS optimizer
 entry nccl-code-1-rank          30 gpu  -- $M1 $CHECKS nccl-code
+entry nccl-ops-1-rank           40 gpu  -- $M1 $CHECKS nccl-ops                   # hvd's other collectives on NCCL
 entry helpers-2-ranks           45 both -- $M2 $CHECKS helpers
 # -- figures: the device route, the host-staging bounds (issue 30's limits) ------------------------------
 entry device-bound-2-ranks      45 both -- $M2 $CHECKS device-bound

@@ -61,6 +61,8 @@ class Request:
     device: str = "cpu"  # where the caller's tensors live ("cpu", "cuda"): ranks must agree, as on dtypes.
     # Off the CPU the caller scales (pre/postscale, the average's division) on the device in the
     # tensor's dtype, as Horovod's GPU build does; the engine only combines (engine_params)
+    allocate: Optional[Callable[[int, tuple], np.ndarray]] = None  # allgather/alltoall: output i of a shape
+    # (None: new host memory); horovod.torch's host staging hands out pooled pinned buffers
 
     @property
     def key(self) -> str:
@@ -526,8 +528,11 @@ class Controller:
         device through the job's device route (gpu/nccl.py, or gpu/ipc.py where every rank is on one
         GPU), no host copy.  Outputs of None get
         the input's values in a new tensor; a joined rank contributes zeros on its device."""
-        from ..transports import gpu
         from ..state import runtime
+        from ..transports import gpu
+        from ..transports.gpu import nccl
+        from ..transports.gpu.transport import decided
+        from . import negotiated_device
         torch = sys.modules["torch"]
         op, prescale, postscale = key[1]
         rt = runtime.current()
@@ -552,7 +557,12 @@ class Controller:
             if prescale != 1.0:
                 for t in tensors:
                     t.mul_(prescale)
-            pending = gpu.device_allreduce_start(rt, tensors, {"average": "avg"}.get(op, op), comm=self.data)
+            chosen = decided(rt)
+            if chosen is not None and chosen.name == "ipc":
+                pending = gpu.device_allreduce_start(rt, tensors, {"average": "avg"}.get(op, op), comm=self.data)
+            else:   # NCCL: the group of the request's process set (negotiated_device.group_of)
+                pending = nccl.allreduce_start(negotiated_device.group_of(self), tensors, {"average": "avg"}.get(op, op),
+                                               self.size, [])
 
         def finish() -> None:
             with torch.no_grad():
@@ -569,13 +579,17 @@ class Controller:
             return  # only allreduce runs on ranks that do not hold the tensor (joined); checked above
         req = handle.request
         names = [t[0] for t in req.tensors]
+        if req.tensors and "@" in req.tensors[0][1]:  # device tensors (horovod.torch on the NCCL transport)
+            from . import negotiated_device
+            self._track(negotiated_device.post(self, kind, entry, handle), [handle], names)
+            return
         flights = []
         if kind == "allgather":
             handle.result = []
             for i, (_, _, shape) in enumerate(req.tensors):
                 rows = [int(entry.descs[r][3][i][2][0]) for r in range(self.size)]
                 src = req.inputs[i]
-                req.outputs[i] = np.empty((sum(rows),) + tuple(src.shape[1:]), dtype=src.dtype)
+                req.outputs[i] = _output(req, i, (sum(rows),) + tuple(src.shape[1:]), src.dtype)
                 handle.result.append(rows)
                 flights.append(kernels.post_allgather(self.data, src, req.outputs[i], rows, "ALLGATHER"))
         elif kind == "broadcast":
@@ -586,7 +600,7 @@ class Controller:
             recv = [int(entry.descs[r][4][self.rank]) for r in range(self.size)]
             handle.result = recv
             out_shape = (sum(recv),) + tuple(req.tensors[0][2][1:])
-            out = np.empty(out_shape, dtype=req.inputs[0].dtype)
+            out = _output(req, 0, out_shape, req.inputs[0].dtype)
             req.outputs = [out]
             flights.append(kernels.post_alltoall(self.data, req.inputs[0], out, req.extra, recv, "ALLTOALL"))
         elif kind == "reducescatter":
@@ -820,8 +834,14 @@ class _AdasumFlight(_BlockingFlight):
                 h.error = h.error or exc
 
 
+def _output(req: Request, i: int, shape: tuple, dtype) -> np.ndarray:
+    """Output i of an allgather or alltoall, once its shape is known: the request's memory, else new."""
+    return req.allocate(i, shape) if req.allocate is not None else np.empty(shape, dtype=dtype)
+
+
 def _nbytes(t: tuple) -> int:
-    return math.prod(t[2]) * np.dtype(t[1]).itemsize
+    dtype = t[1].partition("@")[0]  # device tensors are announced "<dtype>@<device>" (torch's names)
+    return math.prod(t[2]) * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize)
 
 
 def _params(kind: str, params: tuple) -> str:

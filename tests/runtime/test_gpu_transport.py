@@ -128,3 +128,48 @@ def test_horovod_torch_stages_through_the_pinned_pool_with_async_handles_holding
     each on their own buffers, and a second round of the same calls reuses the pool's buffers."""
     ranks = run_mpi(2, "hvd_staged_job.py", timeout=180).summary(2)
     assert all(rank["allocations"] > 0 for rank in ranks)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_horovod_device_route_moves_and_reduces_through_the_process_group_as_the_host_path_does(run_mpi, ranks):
+    """horovod.torch on the NCCL transport (issue 41), run on CPU tensors through gloo: allgather (first
+    dims differ, grouped, async), broadcast (in place or not), alltoall (splits), reducescatter (uneven,
+    scaled, grouped), allreduce, on the global set and a process set, with a joined rank, in the dtypes
+    Horovod's test_torch.py uses; each equal to the host path's result, and the device route the one
+    that ran (its nccl_ops / nccl calls counted) when the transport is NCCL."""
+    ranks_out = run_mpi(ranks, "hvd_device_route_job.py", timeout=300).summary(ranks)
+    for rank in ranks_out:
+        for kind in ("allgather_start", "broadcast_start", "alltoall_start", "reducescatter_start",
+                     "allreduce_start"):
+            assert rank["calls"].get(kind), (rank["rank"], kind, rank["calls"])
+
+
+def test_host_staged_allgather_and_alltoall_outputs_are_pinned_pool_memory(run_mpi):
+    """Host-staged allgather and alltoall (ranks sharing a GPU) receive into the staging's pool
+    (pinned where CUDA is present; a CPU stand-in here), given back once copied onto the device."""
+    run_mpi(2, "hvd_device_route_job.py", "pinned", timeout=180).summary(2)
+
+
+def test_nccl_ops_at_one_rank_fuse_a_group_of_mixed_dtypes_and_keep_views_aligned():
+    """gpu/nccl_ops.py in this process, on a one-rank gloo group (a GPU check's single rank runs the
+    same): a fused allgather whose float64 part follows 3 int8 bytes in the buffer comes back as a
+    proper float64 tensor; broadcast into a non-contiguous tensor; alltoall and reducescatter."""
+    from ddl_runtime.transports.gpu import nccl_ops
+    dist = torch.distributed
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD
+        ts = [torch.arange(3, dtype=torch.int8), torch.arange(4, dtype=torch.float64).reshape(2, 2),
+              torch.tensor([True, False]), torch.zeros(0, 3, dtype=torch.int16)]
+        outs = nccl_ops.allgather_start(group, ts, [[3], [2], [2], [0]], 0).wait()
+        for got, want in zip(outs, ts):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        t = torch.arange(6, dtype=torch.float32).reshape(2, 3).t()
+        nccl_ops.broadcast_start(group, [t], 0).wait()
+        assert torch.equal(t, torch.arange(6, dtype=torch.float32).reshape(2, 3).t())
+        (moved,) = nccl_ops.alltoall_start(group, torch.arange(4, dtype=torch.int16), [4], [4]).wait()
+        assert torch.equal(moved, torch.arange(4, dtype=torch.int16))
+        (part,) = nccl_ops.reducescatter_start(group, [torch.ones(3, 2)], [[3]], 0).wait()
+        assert torch.equal(part, torch.ones(3, 2))
+    finally:
+        dist.destroy_process_group()

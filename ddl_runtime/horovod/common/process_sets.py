@@ -6,6 +6,7 @@ removing are collective over the whole job, as in Horovod with dynamic process s
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, List, Optional, Sequence, Union
 
 from ...errors import DDLInputError
@@ -135,6 +136,9 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
     process_set.ranks = ranks
     process_set.process_set_id = _registry().add(ranks)
     _registered[process_set.process_set_id] = process_set
+    route = sys.modules.get("ddl_runtime.horovod.torch.device_route")
+    if route is not None:  # horovod.torch on the NCCL transport: the process group, made here by every rank
+        route.at_add_process_set(_rt().current())
     return process_set
 
 

@@ -16,14 +16,17 @@ from .process_sets import controller_for
 
 
 def submit(kind: str, name: Optional[str], params: tuple, inputs: Sequence[np.ndarray], outputs: Sequence[Any],
-           process_set: Any, what: str, extra: Any = None, group: bool = False, device: str = "cpu") -> Handle:
+           process_set: Any, what: str, extra: Any = None, group: bool = False, device: str = "cpu",
+           allocate: Any = None) -> Handle:
     """Submit one request (numbered per set and kind when unnamed; ``group``: one name per input;
-    ``device``: where the caller's tensors live, negotiated like their dtypes)."""
+    ``device``: where the caller's tensors live, negotiated like their dtypes; ``allocate``: the
+    memory of an allgather's or alltoall's outputs, negotiation.Request.allocate)."""
     ctl = controller_for(process_set, what)
     base = str(name) if name is not None else ctl.auto_name(kind)
     names = [f"{base}.{i}" for i in range(len(inputs))] if group else [base] * len(inputs)
     entries = [(n, _wire_dtype(a), tuple(a.shape)) for n, a in zip(names, inputs)]
-    return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra, device=device))
+    return ctl.submit(Request(kind, base, params, entries, list(inputs), list(outputs), extra, device=device,
+                              allocate=allocate))
 
 
 def _wire_dtype(a: Any) -> str:

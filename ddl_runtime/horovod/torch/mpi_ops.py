@@ -6,11 +6,11 @@ Every op has Horovod's signature and semantics: `allreduce` / `allreduce_` /
 the non-inplace ops carry gradients (autograd Functions below, with Horovod's backward
 rules).  Ranks match operations by name, so they may submit in different orders; unnamed
 operations are numbered per process set and kind.  CPU tensors are used in place through
-numpy views; CUDA tensors that are not reduced on the device (the host transport, ranks sharing a
-GPU, and every collective but the NCCL route's allreduce) pass through the runtime's host staging
+numpy views; CUDA tensors on the NCCL transport are moved and reduced on the device (device_route);
+the others (the host transport, ranks sharing a GPU) pass through the runtime's host staging
 (ddl_runtime.transports.gpu.host: pinned buffers reused across calls, copies on a side stream ordered by CUDA
-events against the caller's stream); an asynchronous handle holds its pinned buffers until its
-result was copied back.  bfloat16 is reduced in float32.
+events against the caller's stream; allgather's and alltoall's outputs pooled too); an asynchronous
+handle holds its pinned buffers until its result was copied back.  bfloat16 is reduced in float32.
 
 Devices as in Horovod's GPU build: a request's device ("cpu", "cuda") is negotiated like its dtype
 (ranks that disagree all fail), a group that mixes devices is refused at once, and a CUDA tensor's
@@ -36,6 +36,7 @@ from ..common.basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank
                              init, is_initialized, local_rank, local_size, rank, reduce_op, shutdown, size)
 from ..common.process_sets import controller_for, global_process_set, is_global
 from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
+from . import device_route as _route
 
 _MOVABLE = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
             torch.float32, torch.float64, torch.bool}
@@ -130,7 +131,7 @@ def _allreduce_start(tensors: Sequence[torch.Tensor], outputs: Optional[Sequence
                      prescale: float, postscale: float, process_set, what: str, group: bool):
     """Submit; returns (core handle, finish) where finish(handle) returns the output tensors."""
     device = _device_of(tensors, what)
-    if device == "cuda" and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
+    if device in _route.DEVICES and _on_device_transport(tensors, op_name, process_set):  # reduced on the GPU, no host copy
         return _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group)
     for t in tensors:
         _check_tensor(t, what, reduce=True)
@@ -208,25 +209,25 @@ def _allreduce_staged(staging, tensors, outputs, name, op_name, prescale, postsc
     return handle, finish
 
 
-_NCCL_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                torch.float64}
-
-
 def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> bool:
-    """Whether a request is reduced on the GPU: CUDA tensors only, of the global set, in a job whose
-    agreed transport is NCCL or CUDA IPC (ddl_runtime.transports.gpu.transport), with an op and dtypes they reduce.
-    Otherwise (ranks sharing a GPU: the host transport) they go through host memory as on CPU, as
-    do CUDA tensors of the other collectives."""
-    for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.dtype not in _NCCL_DTYPES:
-            return False
-    if not tensors or process_set not in (None, global_process_set) or op_name not in ("sum", "average", "min", "max"):
+    """Whether a request is reduced on the GPU with an op NCCL and the IPC route have: on the NCCL
+    transport as device_route.takes says (CUDA tensors of this rank's GPU, dtypes NCCL reduces, process
+    sets); on the IPC transport (every rank on one GPU, ddl_runtime.transports.gpu.transport) CUDA
+    tensors of the global set.  Otherwise (the host transport) they go through host memory as on CPU."""
+    if op_name not in ("sum", "average", "min", "max"):
         return False
+    if _route.takes(tensors, process_set, reduce=True):
+        return True
+    if not tensors or process_set not in (None, global_process_set):
+        return False
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.dtype not in _route.NCCL_REDUCE_DTYPES:
+            return False
     from ddl_runtime.state import runtime
     from ddl_runtime.transports.gpu.transport import decided
     rt = runtime.current()
     chosen = decided(rt)
-    return rt.size > 1 and chosen is not None and chosen.name in ("nccl", "ipc")
+    return rt.size > 1 and chosen is not None and chosen.name == "ipc"
 
 
 def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group):
@@ -447,6 +448,8 @@ def _allgather_start(tensors, name, process_set, what: str, group: bool):
     device = _device_of(tensors, what)
     for t in tensors:
         _check_tensor(t, what, reduce=False)
+    if _route.takes(tensors, process_set):  # gathered on the device (NCCL transport)
+        return _route.allgather_start(tensors, name, process_set, what, group)
     staging = _staging(tensors)
     lease = None
     if staging is not None:
@@ -457,9 +460,11 @@ def _allgather_start(tensors, name, process_set, what: str, group: bool):
     metas = list(tensors)
     # Output shapes depend on the other ranks' first dims: allocate when the request runs.
     outputs: List[Optional[np.ndarray]] = [None] * len(hosts)
+    out_leases: list = []
+    allocate = None if lease is None else _pooled_outputs(staging, [h.dtype for h in hosts], out_leases)
     try:
         handle = _submit("allgather", name, (), [_np(h) for h in hosts], outputs, process_set, what, group=group,
-                         device=device)
+                         device=device, allocate=allocate)
     except BaseException:
         if lease is not None:
             staging.give_back(lease)
@@ -475,8 +480,19 @@ def _allgather_start(tensors, name, process_set, what: str, group: bool):
         try:
             return _copied_back(staging, gathered, [orig.device for orig in metas])
         finally:
-            staging.give_back(lease)
+            for used in [lease, *out_leases]:
+                staging.give_back(used)
     return handle, finish
+
+
+def _pooled_outputs(staging, dtypes: Sequence[torch.dtype], leases: list) -> Callable:
+    """Request.allocate for a host-staged allgather or alltoall: output i in a pooled pinned buffer
+    of the staging (Horovod allocates them in pinned memory too), leased until the result was copied
+    back onto the device (the leases are appended to `leases`)."""
+    def allocate(i: int, shape: tuple) -> np.ndarray:
+        leases.append(staging.lease([(tuple(shape), dtypes[i])]))
+        return _np(leases[-1].views[0])
+    return allocate
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
@@ -537,6 +553,8 @@ def _check_root(root_rank, process_set, what: str) -> int:
 def _broadcast_start(tensor, root_rank, name, process_set, inplace: bool, what: str):
     _check_tensor(tensor, what, reduce=False)
     root = _check_root(root_rank, process_set, what)
+    if _route.takes([tensor], process_set):  # broadcast on the device (NCCL transport)
+        return _route.broadcast_start(tensor, root, name, process_set, inplace, what)
     staging = _staging([tensor])
     if staging is not None:
         return _broadcast_staged(staging, tensor, root, name, process_set, inplace, what)
@@ -644,12 +662,16 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
         else:
             raise DDLInputError(f"{what}: splits must be a list of ints or an int32 tensor")
     send = alltoall_send_rows(first, send, ctl.size, what)
+    if _route.takes([tensor], process_set):  # exchanged on the device (NCCL transport)
+        return _route.alltoall_start(tensor, send, splits, name, process_set, what)
     staging = _staging([tensor])
     lease = staging.copy_out([tensor]) if staging is not None else None
     arr = _np(lease.views[0] if lease is not None else _host(tensor))
+    out_leases: list = []
+    allocate = None if lease is None else _pooled_outputs(staging, [tensor.dtype], out_leases)
     try:
         handle = _submit("alltoall", name, (), [arr], [None], process_set, what, extra=tuple(send),
-                         device=tensor.device.type)
+                         device=tensor.device.type, allocate=allocate)
     except BaseException:
         if lease is not None:
             staging.give_back(lease)
@@ -666,7 +688,8 @@ def _alltoall_start(tensor, splits, name, process_set, what: str):
         try:
             (moved,) = _copied_back(staging, [out], [tensor.device])
         finally:
-            staging.give_back(lease)
+            for used in [lease, *out_leases]:
+                staging.give_back(used)
         return moved, received.to(rdev)
     return handle, finish
 
@@ -716,6 +739,9 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
         _check_tensor(t, what, reduce=True)
         if t.dim() == 0:
             raise DDLInputError(f"{what}: reducescatter needs a tensor with at least one dimension, got a scalar")
+    if _route.takes(tensors, process_set, reduce=True):  # reduced on the device (NCCL transport)
+        return _route.reducescatter_start(tensors, name, op_name, pre, post, process_set, what, group, _scaled,
+                                          _device_postscale)
     staging = _staging(tensors)
     if staging is not None:
         return _reducescatter_staged(staging, tensors, name, op_name, pre, post, process_set, what, group, device,
