@@ -211,6 +211,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     workdir = workdir or Path.cwd()
     if req.gpu_binding and req.gpu_binding != site.gpu_binding:
         site = replace(site, gpu_binding=req.gpu_binding)
+    if req.project is None and site.defaults.account:
+        req = dataclasses.replace(req, project=site.defaults.account)
     check_job_name(req.job_name)
     for option, value in (("--project", req.project), ("--queue", req.queue),
                           ("--output", req.output), ("--error", req.error)):
@@ -234,8 +236,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     has_env = bool(req.conda_env or modules)
     program = _resolve_program(argv, has_env, workdir, interactive)
     if site.project_required and not req.project:
-        raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
-                       "(the scheduler rejects a job without one)")
+        raise WmlError(f"{site.name} charges every job to a project: give -P/--project or -A/--account "
+                       "(the scheduler rejects a job without one; a default: defaults: {account: ...} in the site's profile)")
     check_env = not preview or site.scheduler == "local"
     env_lines, env_prefix = _env_activation(req.conda_env, check=check_env)
     from .stage.script import plan_staging

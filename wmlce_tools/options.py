@@ -41,7 +41,7 @@ class JobOptions:
     threads_per_core: Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")] = None
     walltime: Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM, HH:MM:SS or seconds (90s); schedulers get whole minutes, rounded up.")] = None
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")] = None
-    project: Annotated[Optional[str], typer.Option("--project", "-P", help="Project/account to charge.")] = None
+    project: Annotated[Optional[str], typer.Option("--account", "-A", "--project", "-P", help="Project/account to charge: -A/--account as sbatch and qsub take it, -P/--project as bsub (default: the site profile's defaults.account).")] = None
     job_name: Annotated[str, typer.Option("--job-name", "-J", help="Job name.")] = "wml-job"
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")] = None
     error: Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")] = None
@@ -69,6 +69,10 @@ class JobOptions:
         """``JobOptions(**kwargs)``, an unknown name refused with the closest known one."""
         import difflib
 
+        if "account" in kwargs:       # -A/--account and -P/--project are one option
+            if "project" in kwargs:
+                raise WmlError("account and project are one option: give one")
+            kwargs["project"] = kwargs.pop("account")
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
             if key not in names:

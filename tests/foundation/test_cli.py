@@ -226,4 +226,4 @@ def test_bench_allreduce_runs_through_ddlrun(run_wml):
 
 
 def test_a_mistyped_option_is_not_taken_as_the_program(run_wml, prog):
-    one_line_error(run_wml("render", "-A", "x", str(prog)), "unknown option '-A'")
+    one_line_error(run_wml("render", "-Z", "x", str(prog)), "unknown option '-Z'")

@@ -155,6 +155,13 @@ class StageEnvOptions(_Strict):
     docs: Annotated[List[str], Meta(description="the centre's page for the place")] = []
 
 
+class JobDefaults(_Strict):
+    """What a job on this site gets when its options do not say (a user's own copy of the
+    profile on WML_SITE_PATH sets them: ``defaults: {account: m1234}``)."""
+
+    account: Annotated[Optional[str], Meta(description="-A/--account (-P/--project) for every job that gives none")] = None
+
+
 class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
@@ -183,6 +190,7 @@ class SiteProfile(_Strict):
     chain: ChainOptions = ChainOptions()
     detect: DetectSpec = DetectSpec()
     stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
+    defaults: JobDefaults = JobDefaults()
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:
