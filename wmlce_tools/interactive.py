@@ -9,7 +9,7 @@ import sys
 from .errors import WmlError
 from .jobscript import JobPlan
 from .quoting import sh_join
-from .walltime import hhmm, hhmmss
+from .walltime import hhmm, slurm_time
 
 
 def interactive_directives(plan: JobPlan) -> list[str]:
@@ -25,7 +25,7 @@ def interactive_directives(plan: JobPlan) -> list[str]:
         return d
     if sched == "slurm":
         d = [f"--nodes={lay.nodes}", f"--ntasks-per-node={lay.ranks_per_node}",
-             f"--cpus-per-task={lay.cpus_per_rank}", f"--time={hhmmss(wall)}",
+             f"--cpus-per-task={lay.cpus_per_rank}", f"--time={slurm_time(wall)}",
              f"--{plan.site.slurm.queue_option}={plan.queue}", f"--job-name={req.job_name}"]
         if plan.site.slurm.constraint:
             d.append(f"--constraint={plan.site.slurm.constraint}")

@@ -28,7 +28,7 @@ from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
 from .site.schema import SiteProfile, replace
-from .walltime import hhmm, hhmmss
+from .walltime import hhmm, slurm_time
 
 if TYPE_CHECKING:
     from .chain.spec import Segment
@@ -60,6 +60,7 @@ class JobPlan:
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
+    notes: Tuple[str, ...] = ()       # warnings about how the options were read (plan_from)
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -93,7 +94,7 @@ class JobPlan:
     def warnings(self) -> Tuple[str, ...]:
         """Lines for stderr about a job that runs but wastes what it asks for."""
         idle = idle_gpu_warning(self.site, self.request, self.layout)
-        return (idle,) if idle else ()
+        return (*self.notes, *((idle,) if idle else ()))
 
     @property
     def attrs(self) -> Optional[str]:
@@ -313,7 +314,7 @@ def render_script(plan: JobPlan) -> str:
         project=plan.request.project, queue=plan.queue,
         after=plan.request.after if seg is None or seg.index == 1 else None,
         after_any=seg.previous if seg is not None else None, chain=_chain_context(plan),
-        walltime_hhmm=hhmm(wall), walltime_hhmmss=hhmmss(wall), walltime_minutes=wall,
+        walltime_hhmm=hhmm(wall), walltime_slurm=slurm_time(wall), walltime_minutes=wall,
         output=plan.output, error=plan.error,
         output_prefix=(str(plan.jobdir / plan.request.job_name)
                        if site.scheduler == "cobalt" and not plan.request.output else None),

@@ -48,3 +48,42 @@ def test_site_profile_defaults_give_the_account(run_wml, program, tmp_path):
     assert "#BSUB -P other" in given.splitlines() and "abc123" not in given
     bad = run_wml("render", "-s", "summit", str(program)).stderr
     assert "-A/--account" in bad and "defaults" in bad
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 5400), ("90m", 5400), ("90min", 5400), ("2h", 7200), ("1h30m", 5400), ("1H30M", 5400),
+    ("1d12h", 129600), ("90s", 90), ("1h0m30s", 3630), ("1:30", 5400), ("01:30:00", 5400),
+    ("1-00:00:00", 86400), ("2-12", 216000), ("1-0:30", 88200)])
+def test_walltime_forms(text, seconds):
+    from wmlce_tools.walltime import parse_duration_s
+
+    assert parse_duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["h", "1h30", "30m1h", "1.5h", "0m", "1x", "-5m", ""])
+def test_walltime_nonsense_is_one_error_naming_the_forms(text):
+    from wmlce_tools.walltime import parse_duration_s
+
+    with pytest.raises(WmlError, match="walltime"):
+        parse_duration_s(text)
+
+
+@pytest.mark.parametrize("site, t, line", [
+    ("perlmutter", "2h", "#SBATCH --time=02:00:00"),
+    ("perlmutter", "1-12", "#SBATCH --time=1-12:00:00"),        # sbatch's days-hours:minutes:seconds
+    ("perlmutter", "36h", "#SBATCH --time=1-12:00:00"),
+    ("polaris", "1d", "#PBS -l walltime=24:00:00"),
+    ("summit", "90m", "#BSUB -W 1:30"),
+    ("theta", "1h30m", "#COBALT -t 90")])
+def test_walltime_normalised_per_scheduler(run_wml, program, site, t, line):
+    args = ["-N", "128"] if site == "theta" else []
+    proc = run_wml("render", "-s", site, "-A", "p1", "-t", t, *args, str(program))
+    assert proc.returncode == 0, proc.stderr
+    assert line in proc.stdout.splitlines()
+
+
+def test_two_numbers_read_unlike_sbatch_are_warned(run_wml, program):
+    proc = run_wml("render", "-s", "perlmutter", "-t", "30:00", str(program))
+    assert "#SBATCH --time=1-06:00:00" in proc.stdout
+    assert "sbatch --time would read it as 30 min" in proc.stderr and "-t 30m" in proc.stderr
+    assert "warning" not in run_wml("render", "-s", "summit", "-P", "a", "-t", "1:30", str(program)).stderr
