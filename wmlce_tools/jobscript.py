@@ -24,6 +24,7 @@ from .errors import WmlError
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, check_queue_limits, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
+from .passthrough import Passthrough, passthrough
 from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
@@ -61,6 +62,7 @@ class JobPlan:
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
     notes: Tuple[str, ...] = ()       # warnings about how the options were read (plan_from)
+    passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -102,13 +104,13 @@ class JobPlan:
         q = self.site.queues.get(self.queue) if self.queue else None
         attrs = (q.attrs if q is not None and q.attrs else None) or self.site.attrs
         need = self._stage_word("attrs")      # the node-local SSD staging uses
-        return ":".join(a for a in (attrs, need) if a) or None
+        return ":".join(a for a in (attrs, need, self.passthrough.cobalt_attrs) if a) or None
 
     @property
     def constraint(self) -> Optional[str]:
         """Slurm ``--constraint``: the site's, and the node-local storage staging uses (nvme)."""
         need = self._stage_word("constraint")
-        return "&".join(c for c in (self.site.slurm.constraint, need) if c) or None
+        return "&".join(c for c in (self.site.slurm.constraint, need, self.passthrough.constraint) if c) or None
 
     @property
     def ddlrun_argv(self) -> List[str]:
@@ -248,6 +250,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     stage = None if interactive else plan_staging(site, req, env_prefix, layout.nodes)
     staged_env_lines = (_env_activation(req.conda_env, check=check_env, prefix_shell='"$wml_env_prefix"')[0]
                         if stage is not None else ())
+    passed = passthrough(site, req)
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
@@ -255,7 +258,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
     exports.update(req.export_dict)
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
-                   queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
+                   queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
                    exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines)
 
@@ -276,12 +279,12 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
-def _pbs_resources(site: SiteProfile, nodes: int, minutes: int) -> List[str]:
-    if site.scheduler != "pbs":
+def _pbs_resources(plan: JobPlan, minutes: int) -> List[str]:
+    if plan.site.scheduler != "pbs":
         return []
     from .schedulers.pbs import resource_list
 
-    return resource_list(site, nodes, minutes)
+    return resource_list(plan.site, plan.layout.nodes, minutes, plan.passthrough)
 
 
 def _chain_context(plan: JobPlan) -> Optional[dict]:
@@ -324,7 +327,7 @@ def render_script(plan: JobPlan) -> str:
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
-        pbs_resources=_pbs_resources(site, lay.nodes, wall),
+        pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
         launcher_line=sh_join(plan.launcher_argv),
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",

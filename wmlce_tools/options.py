@@ -57,6 +57,14 @@ class JobOptions:
     signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, 5m, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
 
+    mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem=, LSF rusage[mem=].")] = None
+    exclusive: Annotated[bool, typer.Option("--exclusive", help="Nodes not shared with other jobs: sbatch --exclusive, PBS place=excl, bsub -x.")] = False
+    reservation: Annotated[Optional[str], typer.Option("--reservation", help="Run in this reservation: sbatch --reservation, bsub -U; on PBS Pro and Cobalt the reservation's queue.")] = None
+    mail: Annotated[Optional[str], typer.Option("--mail", help="Mail this user or address when the job ends or fails (sbatch --mail-user, qsub -M, bsub -u, Cobalt --notify).")] = None
+    begin: Annotated[Optional[str], typer.Option("--begin", help="Start no earlier than HH:MM or YYYY-MM-DDTHH:MM[:SS] (sbatch --begin, qsub -a, bsub -b).")] = None
+    constraint: Annotated[Optional[str], typer.Option("--constraint", "-C", help="Node features (sbatch --constraint, joined to the site's with &; bsub -R select[]; Cobalt --attrs).")] = None
+    directive: Annotated[Optional[List[str]], typer.Option("--directive", help="A directive line of the site's scheduler copied into the script's header, e.g. '#SBATCH --licenses=scratch' (#SBATCH, #PBS, #BSUB, #COBALT; repeatable); one that sets what a wml option sets is refused.")] = None
+
     def __post_init__(self) -> None:
         for name in _LISTS:       # repeatable options: a tuple (a list from the command line)
             value = getattr(self, name)
@@ -167,7 +175,9 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         after=opts.after, conda_env=opts.env, modules=tuple(opts.module or ()), exports=parse_exports(export or []),
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env), walltime_s
+        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, mem=opts.mem, exclusive=opts.exclusive,
+        reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
+        directives=tuple(opts.directive or ())), walltime_s
 
 
 def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive: bool = False,

@@ -87,3 +87,65 @@ def test_two_numbers_read_unlike_sbatch_are_warned(run_wml, program):
     assert "#SBATCH --time=1-06:00:00" in proc.stdout
     assert "sbatch --time would read it as 30 min" in proc.stderr and "-t 30m" in proc.stderr
     assert "warning" not in run_wml("render", "-s", "summit", "-P", "a", "-t", "1:30", str(program)).stderr
+
+
+PASS = ["--mem", "64G", "--exclusive", "--reservation", "res1", "--mail", "me@example.org",
+        "--begin", "2026-12-01T08:00", "-C", "hbm80g"]
+
+
+@pytest.mark.parametrize("site, lines", [
+    ("perlmutter", ["#SBATCH --constraint=gpu&hbm80g", "#SBATCH --mem=64G", "#SBATCH --exclusive",
+                    "#SBATCH --reservation=res1", "#SBATCH --mail-user=me@example.org",
+                    "#SBATCH --mail-type=END,FAIL", "#SBATCH --begin=2026-12-01T08:00:00"]),
+    ("summit", ['#BSUB -R "rusage[mem=64GB]"', "#BSUB -x", "#BSUB -U res1", "#BSUB -u me@example.org",
+                "#BSUB -N", "#BSUB -b 2026:12:01:08:00", '#BSUB -R "select[hbm80g]"'])])
+def test_pass_through_in_each_schedulers_spelling(run_wml, program, site, lines):
+    proc = run_wml("render", "-s", site, "-A", "p1", *PASS, str(program))
+    assert proc.returncode == 0, proc.stderr
+    have = proc.stdout.splitlines()
+    assert [ln for ln in have if ln in lines] == lines
+    assert have.index(lines[-1]) < have.index("set -euo pipefail")      # in the header
+
+
+def test_pass_through_on_pbs_and_cobalt(run_wml, program):
+    out = run_wml("render", "-s", "polaris", "-A", "p1", "--mem", "64G", "--exclusive", "--reservation", "R123",
+                  "--mail", "me", "--begin", "08:30", str(program)).stdout.splitlines()
+    for line in ("#PBS -q R123", "#PBS -l select=1:system=polaris:mem=64gb", "#PBS -l place=scatter:excl",
+                 "#PBS -M me", "#PBS -m ae", "#PBS -a 0830"):
+        assert line in out
+    out = run_wml("render", "-s", "theta", "-N", "128", "--mail", "me", "-C", "location=1-10", str(program)).stdout
+    assert "#COBALT --notify me" in out and "#COBALT --attrs mcdram=cache:numa=quad:location=1-10" in out
+
+
+@pytest.mark.parametrize("site, args, fragment", [
+    ("theta", ["-N", "128", "--mem", "1G"], "--mem: theta (Cobalt) has no such option"),
+    ("theta", ["-N", "128", "--begin", "08:00"], "--begin: theta (Cobalt) has no such option"),
+    ("theta", ["-N", "128", "--exclusive"], "--exclusive: theta (Cobalt) has no such option"),
+    ("polaris", ["-A", "a", "-C", "x"], "--constraint: polaris (PBS Pro) has no such option"),
+    ("polaris", ["-A", "a", "-q", "debug", "--reservation", "R1"], "a reservation is its own queue"),
+    ("local", ["--mem", "1G"], "--mem: local runs jobs now on this machine"),
+    ("perlmutter", ["--mem", "64X"], "--mem '64X'"),
+    ("perlmutter", ["--begin", "tomorrow"], "--begin 'tomorrow'"),
+    ("perlmutter", ["--reservation", "a b"], "--reservation 'a b'"),
+    ("perlmutter", ["--directive", "#PBS -l mem=1gb"], "a #PBS line; perlmutter (Slurm) reads '#SBATCH ...' lines"),
+    ("perlmutter", ["--directive", "--licenses=x"], "not a scheduler directive"),
+    ("perlmutter", ["--directive", "#SBATCH --nodes=4"], "wml writes --nodes itself; give -N"),
+    ("perlmutter", ["--directive", "#SBATCH -A other"], "wml writes -A itself; give -A"),
+    ("polaris", ["-A", "a", "--directive", "#PBS -l walltime=1:00:00"], "wml writes -l walltime itself; give -t"),
+    ("summit", ["-A", "a", "--directive", "#BSUB -nnodes 3"], "give -N"),
+    ("perlmutter", ["--directive", "#SBATCH --x\n#SBATCH --y"], "one line"),
+    ("local", ["--directive", "#SBATCH --x"], "local runs jobs now"),
+])
+def test_pass_through_refusals_are_one_line_naming_the_site(run_wml, program, site, args, fragment):
+    from test_cli import one_line_error
+
+    one_line_error(run_wml("render", "-s", site, *args, str(program)), fragment)
+
+
+def test_directives_are_copied_in_order_and_reach_an_interactive_allocation(run_wml, program):
+    out = run_wml("render", "-s", "perlmutter", "--directive", "#SBATCH --licenses=scratch",
+                  "--directive", "  #SBATCH   --comment=x", str(program)).stdout.splitlines()
+    assert out.index("#SBATCH --licenses=scratch") + 1 == out.index("#SBATCH --comment=x")
+    line = run_wml("submit", "--interactive", "--dry-run", "-s", "perlmutter", "--mem", "3G",
+                   "--directive", "#SBATCH --licenses=scratch").stdout
+    assert line.startswith("salloc ") and "--mem=3G --licenses=scratch" in line
