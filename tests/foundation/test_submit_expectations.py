@@ -2,6 +2,7 @@
 option spellings, walltime forms and pass-through directives, checked in the rendered script."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,51 @@ def test_directives_are_copied_in_order_and_reach_an_interactive_allocation(run_
     line = run_wml("submit", "--interactive", "--dry-run", "-s", "perlmutter", "--mem", "3G",
                    "--directive", "#SBATCH --licenses=scratch").stdout
     assert line.startswith("salloc ") and "--mem=3G --licenses=scratch" in line
+
+
+def _fake_sbatch(tmp_path):
+    """A TEST DOUBLE for sbatch (not installed here): checks it got the copied script."""
+    from test_cli import _fake_tool
+
+    return _fake_tool(tmp_path, "sbatch", 'test "$1" = --parsable && grep -q "^#SBATCH --mem=8G" "$2" || exit 3\n'
+                                          'echo 4242\n')
+
+
+def test_submit_script_submits_a_hand_written_script_and_tracks_it(run_wml, tmp_path, isolated_env):
+    job = tmp_path / "mine.sh"
+    job.write_text("#!/bin/bash\n#SBATCH --mem=8G\n#SBATCH -o run.%j.log\nsrun hostname\n")
+    env = _fake_sbatch(tmp_path)
+    proc = run_wml("submit", "-s", "slurm-gpu", "--script", str(job), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["job_id"] == "4242" and info["output"] == str(tmp_path / "run.4242.log")
+    assert Path(info["script"]).read_text() == job.read_text()
+    listed = run_wml("jobs", "--json", env=env).stdout
+    assert "4242" in listed and str(info["script"]) in listed
+    dry = run_wml("submit", "-s", "slurm-gpu", "--script", str(job), "--dry-run", env=env)
+    assert dry.returncode == 0 and "would copy" in dry.stdout and "sbatch --parsable" in dry.stdout
+
+
+def test_submit_script_on_the_local_site_runs_it_and_logs_it(run_wml, tmp_path):
+    job = tmp_path / "mine.sh"
+    job.write_text("#!/bin/bash\necho hello from $WML_JOB_ID\nexit 3\n")
+    proc = run_wml("submit", "--script", str(job))
+    assert proc.returncode == 3 and "hello from local-mine-" in proc.stdout
+    logs = run_wml("logs", "1").stdout + run_wml("logs", "id:1").stdout
+    assert "hello from local-mine-" in logs
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-s", "slurm-gpu", "-N", "2"], "--nodes goes into it as a directive"),
+    (["-s", "slurm-gpu", "--mem", "1G"], "--mem goes into it as a directive"),
+    (["-s", "polaris"], "has #SBATCH lines; polaris (PBS Pro) reads #PBS lines"),
+    (["-s", "slurm-gpu", "--interactive"], "--interactive"),
+])
+def test_submit_script_refusals(run_wml, tmp_path, args, fragment):
+    from test_cli import one_line_error
+
+    job = tmp_path / "mine.sh"
+    job.write_text("#!/bin/bash\n#SBATCH --mem=8G\nsrun hostname\n")
+    one_line_error(run_wml("submit", *args, "--script", str(job)), fragment)
+    one_line_error(run_wml("submit", "-s", "slurm-gpu", "--script", str(job), "prog.py"), "give no program")
+    one_line_error(run_wml("submit", "-s", "slurm-gpu", "--script", str(tmp_path / "none.sh")), "no such file")
