@@ -180,7 +180,7 @@ def test_submit_script_on_the_local_site_runs_it_and_logs_it(run_wml, tmp_path):
     job.write_text("#!/bin/bash\necho hello from $WML_JOB_ID\nexit 3\n")
     proc = run_wml("submit", "--script", str(job))
     assert proc.returncode == 3 and "hello from local-mine-" in proc.stdout
-    logs = run_wml("logs", "1").stdout + run_wml("logs", "id:1").stdout
+    logs = run_wml("logs", "@1").stdout
     assert "hello from local-mine-" in logs
 
 
