@@ -157,11 +157,13 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
         info = {"job_id": None, "site": plan.site.name, "scheduler": plan.site.scheduler,
                 "script": str(plan.jobdir / "job.sh"), "submit_command": submit_command_text(plan),
                 "ranks": plan.layout.size, "nodes": plan.layout.nodes, "dry_run": True,
-                "script_text": script}
+                "python": plan.python[0], "python_from": plan.python[1] or None, "script_text": script}
         if as_json:
             typer.echo(json.dumps(info))
         else:
             sys.stdout.write(script)
+            if plan.python[0]:
+                typer.echo(f"# python: {plan.python[0]}: {plan.python[1]}")
             typer.echo(f"# dry run: would write {plan.jobdir}/job.sh and run: {info['submit_command']}")
             if run is not None:
                 typer.echo(f"# then jobs 2..{run.length} of the chain (segment-<k>/job.sh, each after the one before "

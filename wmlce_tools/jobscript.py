@@ -62,6 +62,7 @@ class JobPlan:
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
     notes: Tuple[str, ...] = ()       # warnings about how the options were read (plan_from)
+    python: Tuple[Optional[str], str] = (None, "")   # the interpreter of a .py program, and why (job_python)
     passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
 
     @property
@@ -167,8 +168,44 @@ def _ddlrun_exe(site: SiteProfile) -> List[str]:
     return [sys.executable, "-m", "wmlce_tools.ddlrun.cli"]
 
 
+def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:
+    """(python, prefix) of the env active at submit: $VIRTUAL_ENV or $CONDA_PREFIX (this python
+    when it is that env's), else the venv or conda env wml itself runs from; None when none is."""
+    exe = sys.executable
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = environ.get(var)
+        if not prefix:
+            continue
+        if Path(sys.prefix) == Path(prefix) or os.path.realpath(sys.prefix) == os.path.realpath(prefix):
+            return exe, prefix
+        python = Path(prefix) / "bin" / "python"
+        if python.exists():
+            return str(python), prefix
+    if sys.prefix != sys.base_prefix or (Path(sys.prefix) / "conda-meta").is_dir():
+        return exe, sys.prefix
+    return None
+
+
+def job_python(site: SiteProfile, req: ResourceRequest, modules: Sequence[str],
+               environ=os.environ) -> Tuple[Optional[str], str]:
+    """The one rule for the interpreter a job runs a .py with, on every site: the --env's, else
+    the env active at submit (conda or venv), else the python of the site's module that the
+    profile names (python_module); on the local site this python.  (None, why) when none."""
+    if req.conda_env:
+        return "python", f"the python of --env {req.conda_env} (first on PATH once activated)"
+    active = active_env_python(environ)
+    if active is not None:
+        return active[0], f"the env active at submit, {active[1]}"
+    if site.python_module and site.python_module in modules:
+        return "python", f"the python of module {site.python_module} (site {site.name}'s python_module)"
+    if site.scheduler == "local":
+        return sys.executable, "this python (no env is active)"
+    return None, (f"no env: give --env, or submit from an active conda env or venv"
+                  f"{'' if site.python_module else f', or name the module that provides python as python_module in the {site.name} profile'}")
+
+
 def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
-                     interactive: bool = False) -> Tuple[str, ...]:
+                     interactive: bool = False, python: Tuple[Optional[str], str] = (sys.executable, "")) -> Tuple[str, ...]:
     if not argv and interactive:    # an interactive allocation runs a shell, not a program
         return ()
     if not argv:
@@ -182,11 +219,14 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
         if not path.is_file():
             raise WmlError(f"program not found: {prog}")
         if path.suffix == ".py" and not os.access(path, os.X_OK):
-            python = "python" if has_env else sys.executable
-            return (python, str(path), *args)
+            if python[0] is None:
+                raise WmlError(f"{prog} would run with a bare python found nowhere in the job: {python[1]}")
+            return (python[0], str(path), *args)
         if not os.access(path, os.X_OK):
             raise WmlError(f"program {prog} is not executable (chmod +x it, or run it through an interpreter)")
         return (str(path), *args)
+    if prog in ("python", "python3") and python[0] is None:
+        raise WmlError(f"{prog} would be a bare python found nowhere in the job: {python[1]}")
     if shutil.which(prog) is None and not has_env:
         raise WmlError(f"program not found: {prog!r} is not on PATH (give a path, or --module/--env that provides it)")
     return (prog, *args)
@@ -237,7 +277,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if req.gpu_binding and not site.node.gpus:
         raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
     has_env = bool(req.conda_env or modules)
-    program = _resolve_program(argv, has_env, workdir, interactive)
+    python = job_python(site, req, modules)
+    program = _resolve_program(argv, has_env, workdir, interactive, python)
     if site.project_required and not req.project:
         raise WmlError(f"{site.name} charges every job to a project: give -P/--project or -A/--account "
                        "(the scheduler rejects a job without one; a default: defaults: {account: ...} in the site's profile)")
@@ -260,7 +301,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
                    queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
-                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines)
+                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
+                   python=python if program and program[0] == python[0] else (None, ""))
 
 
 @lru_cache(maxsize=1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def test_render_summit_18_nodes(run_wml, prog):
     proc = run_wml("render", "--site", "summit", "--nodes", "18", "-P", "abc123", str(prog), "--lr", "0.1")
     assert proc.returncode == 0, proc.stderr
     assert "jsrun -n 108 -a 1 -c 7 -g 1 -r 6 -b packed:7" in proc.stdout
-    assert proc.stdout.rstrip().endswith(f"-- python {prog} --lr 0.1")
+    # the env active at submit gives the python (issue 40.2), not summit's module
+    assert proc.stdout.rstrip().endswith(f"-- {sys.executable} {prog} --lr 0.1")
     assert not (Path(os.environ["WML_JOBS_DIR"])).exists()
 
 

@@ -198,3 +198,55 @@ def test_submit_script_refusals(run_wml, tmp_path, args, fragment):
     one_line_error(run_wml("submit", *args, "--script", str(job)), fragment)
     one_line_error(run_wml("submit", "-s", "slurm-gpu", "--script", str(job), "prog.py"), "give no program")
     one_line_error(run_wml("submit", "-s", "slurm-gpu", "--script", str(tmp_path / "none.sh")), "no such file")
+
+
+@pytest.fixture
+def no_active_env(monkeypatch):
+    """wml run from no venv or conda env, none activated (the system python)."""
+    import sys
+
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+
+
+def _program_argv(tmp_path, program, **kw):
+    plan, _ = plan_from(JobOptions.of(**kw), [str(program)], jobdir=tmp_path, preview=True)
+    return plan.program, plan.python
+
+
+def test_interpreter_rule_env_first(tmp_path, program):
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    argv, (python, why) = _program_argv(tmp_path, program, site="frontier", account="a", env=str(prefix))
+    assert argv[0] == "python" and "--env" in why
+
+
+def test_interpreter_rule_the_active_env_on_every_site(tmp_path, program, monkeypatch):
+    prefix = tmp_path / "other-venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").write_text("")
+    monkeypatch.setenv("VIRTUAL_ENV", str(prefix))
+    for site in ("summit", "frontier", "polaris", "perlmutter", "aurora"):
+        argv, (python, why) = _program_argv(tmp_path, program, site=site, account="a")
+        assert argv[0] == str(prefix / "bin" / "python") and str(prefix) in why, site
+
+
+def test_interpreter_rule_then_the_sites_python_module(tmp_path, program, no_active_env):
+    import sys
+
+    argv, (python, why) = _program_argv(tmp_path, program, site="summit", account="a")
+    assert argv[0] == "python" and "module ibm-wml-ce" in why
+    argv, _ = _program_argv(tmp_path, program, site="local")
+    assert argv[0] == sys.executable
+    for site in ("frontier", "perlmutter"):     # modules that provide no python, or none
+        with pytest.raises(WmlError, match="bare python found nowhere"):
+            _program_argv(tmp_path, program, site=site, account="a")
+    with pytest.raises(WmlError, match="bare python found nowhere"):
+        plan_from(JobOptions.of(site="frontier", account="a"), ["python", str(program)], jobdir=tmp_path, preview=True)
+
+
+def test_the_dry_run_says_which_python(run_wml, program):
+    out = run_wml("submit", "--dry-run", "-s", "summit", "-A", "a", str(program)).stdout
+    assert "# python: " in out and "the env active at submit" in out

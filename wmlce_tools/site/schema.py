@@ -178,6 +178,7 @@ class SiteProfile(_Strict):
     gpu_binding: Annotated[Literal["per-rank", "local-rank"], Meta(description="per-rank: each rank sees only its GPUs (CUDA_VISIBLE_DEVICES); "
                       "local-rank: all GPUs visible, the runtime picks by local rank")] = "per-rank"
     modules: Annotated[List[str], Meta(description="modules loaded in every job script")] = []
+    python_module: Annotated[Optional[str], Meta(description="the module whose python a job runs when it has no --env and no env was active at submit (Summit: ibm-wml-ce), when the job loads it (modules, --module); none: such a job is refused")] = None
     environment: Annotated[Dict[str, str], Meta(description="variables exported in every job")] = {}
     alloc_flags: Annotated[Optional[str], Meta(description="LSF #BSUB -alloc_flags (e.g. smt4)")] = None
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
