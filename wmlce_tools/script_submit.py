@@ -106,8 +106,10 @@ def submit_script(site, path: str, *, dry_run: bool = False, jobs_base: Optional
         return None
     if not local:
         from .schedulers.commands import connect_seconds
+        from .submit import check_tool
 
         connect_seconds()
+        check_tool(sched, argv[0])
     try:
         jobdir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{jobdir.name}.", dir=jobdir.parent))

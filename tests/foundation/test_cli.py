@@ -145,6 +145,8 @@ def test_missing_scheduler_command(run_wml, prog, isolated_env):
     env = {"PATH": "/usr/bin:/bin"}
     err = one_line_error(run_wml("submit", "--site", "summit", "-P", "abc", str(prog), env=env))
     assert err == "wml: error: bsub not found: run this on a Summit login node, or use --dry-run"
+    # nothing left behind (issue 40.8): the job directory is written only once bsub is here
+    assert not Path(isolated_env["WML_JOBS_DIR"]).exists()
 
 
 def _fake_tool(tmp_path, name, body):

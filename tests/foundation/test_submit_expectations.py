@@ -250,3 +250,11 @@ def test_interpreter_rule_then_the_sites_python_module(tmp_path, program, no_act
 def test_the_dry_run_says_which_python(run_wml, program):
     out = run_wml("submit", "--dry-run", "-s", "summit", "-A", "a", str(program)).stdout
     assert "# python: " in out and "the env active at submit" in out
+
+
+def test_a_chain_submit_without_the_scheduler_leaves_nothing(run_wml, program, isolated_env):
+    from test_cli import one_line_error
+
+    one_line_error(run_wml("submit", "-s", "summit", "-A", "a", "--chain", "2", str(program),
+                           env={"PATH": "/usr/bin:/bin"}), "bsub not found")
+    assert not Path(isolated_env["WML_JOBS_DIR"]).exists()
