@@ -258,3 +258,22 @@ def test_a_chain_submit_without_the_scheduler_leaves_nothing(run_wml, program, i
     one_line_error(run_wml("submit", "-s", "summit", "-A", "a", "--chain", "2", str(program),
                            env={"PATH": "/usr/bin:/bin"}), "bsub not found")
     assert not Path(isolated_env["WML_JOBS_DIR"]).exists()
+
+
+def test_a_malformed_site_file_is_one_warning_unless_its_site_is_used(run_wml, program, tmp_path):
+    extra = tmp_path / "sites"
+    extra.mkdir()
+    (extra / "broken.yaml").write_text("name: broken\nscheduler: nope\n")
+    env = {"WML_SITE_PATH": str(extra)}
+    for args in (["site", "list"], ["render", "-s", "summit", "-A", "a", str(program)]):
+        proc = run_wml(*args, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.splitlines() == [f"wml: warning: site file skipped: {extra / 'broken.yaml'}:2: scheduler: "
+                                            "Invalid enum value 'nope'"], proc.stderr
+    from test_cli import one_line_error
+
+    one_line_error(run_wml("render", "-s", "broken", str(program), env=env), "broken.yaml:2: scheduler")
+    # a broken override of a bundled site is an error when that site is used, not the bundled one
+    (extra / "broken.yaml").unlink()
+    (extra / "summit.yaml").write_text("name: summit\nnode: [\n")
+    one_line_error(run_wml("render", "-s", "summit", "-A", "a", str(program), env=env), "summit.yaml", "invalid YAML")
