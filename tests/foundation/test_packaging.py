@@ -32,4 +32,4 @@ def test_env_commands_without_the_env_extra_say_what_to_install(run_wml, monkeyp
     spec = REPO / "env_specs" / "wml-runtime.yaml"
     proc = run_wml("env", "lock", str(spec), env={"PYTHONPATH": str(blocker)})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert "pip install 'wml[env]'" in proc.stderr
+    assert "pip install '.[env]'" in proc.stderr

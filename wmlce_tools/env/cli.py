@@ -46,7 +46,7 @@ def _one_line_errors(fn: F) -> F:
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.split(".")[0] in ENV_EXTRA_MODULES:
                 _fail(f"wml env needs the 'env' extra (py-rattler, conda-lock, conda-pack): "
-                      f"pip install 'wml[env]' (missing: {exc.name})")
+                      f"pip install '.[env]' in the wml checkout (missing: {exc.name})")
             raise
         except OSError as exc:  # disk full, permission denied, ... while doing the work
             where = f"{exc.filename}: " if exc.filename else ""
