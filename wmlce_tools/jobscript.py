@@ -97,7 +97,20 @@ class JobPlan:
     def warnings(self) -> Tuple[str, ...]:
         """Lines for stderr about a job that runs but wastes what it asks for."""
         idle = idle_gpu_warning(self.site, self.request, self.layout)
-        return (*self.notes, *((idle,) if idle else ()))
+        return (*self.notes, *((idle,) if idle else ()), *self._oversubscribed())
+
+    def _oversubscribed(self) -> Tuple[str, ...]:
+        """The local site: every (emulated) node is this machine, whose cores its ranks share;
+        more ranks' cores than it has run, slower, where a cluster site refuses the layout."""
+        lay = self.layout
+        if self.site.scheduler != "local":
+            return ()
+        cores = self.site.node.cores     # this machine's (an emulated node has its share)
+        want = lay.size * lay.cores_per_rank
+        if want <= cores:
+            return ()
+        return (f"{lay.size} rank(s) x {lay.cores_per_rank} core(s) on this machine's {cores} core(s): the ranks "
+                f"share cores and run slower (a cluster site refuses such a layout); fewer ranks fit",)
 
     @property
     def attrs(self) -> Optional[str]:

@@ -277,3 +277,15 @@ def test_a_malformed_site_file_is_one_warning_unless_its_site_is_used(run_wml, p
     (extra / "broken.yaml").unlink()
     (extra / "summit.yaml").write_text("name: summit\nnode: [\n")
     one_line_error(run_wml("render", "-s", "summit", "-A", "a", str(program), env=env), "summit.yaml", "invalid YAML")
+
+
+def test_local_oversubscription_is_one_warning(run_wml, program):
+    from wmlce_tools.site.detect import count_cores
+
+    cores = count_cores()
+    over = run_wml("render", "-N", "2", "--ranks-per-node", str(cores), str(program))
+    assert over.returncode == 0
+    assert over.stderr.splitlines() == [f"wml: warning: {2 * cores} rank(s) x 1 core(s) on this machine's {cores} "
+                                        "core(s): the ranks share cores and run slower (a cluster site refuses such "
+                                        "a layout); fewer ranks fit"]
+    assert run_wml("render", "--ranks-per-node", str(cores), str(program)).stderr == ""
