@@ -257,6 +257,19 @@ def _env_activation(conda_env: Optional[str], check: bool = True,
     return tuple(job_env_lines(conda_env, check=check, prefix_shell=prefix_shell)), env_prefix(conda_env, check=check)
 
 
+def _interactive_queue(site: SiteProfile, req: ResourceRequest, interactive: bool) -> ResourceRequest:
+    """An interactive allocation goes to the site's interactive-only queue when no -q names
+    one (NERSC: the interactive QOS); a batch job is refused one."""
+    if interactive and req.queue is None:
+        only = [n for n, q in site.queues.items() if q.interactive_only]
+        return dataclasses.replace(req, queue=only[0]) if only else req
+    q = site.queues.get(req.queue) if req.queue else None
+    if not interactive and q is not None and q.interactive_only:
+        raise WmlError(f"queue {req.queue!r} on {site.name} is for interactive allocations only "
+                       f"(wml submit --interactive); a batch job goes to {site.default_queue!r} or another -q")
+    return req
+
+
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
              jobdir: Path, workdir: Optional[Path] = None, interactive: bool = False,
              preview: bool = False) -> JobPlan:
@@ -275,7 +288,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         if value is not None:
             check_directive_value(option, value)
     modules = tuple(check_module(m) for m in (*site.modules, *req.modules))
-    queue, walltime = check_queue_limits(site, req)
+    queue, walltime = check_queue_limits(site, _interactive_queue(site, req, interactive))
     layout = compile_layout(site, req)
     if req.rack_contiguous and site.scheduler != "lsf":
         raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")

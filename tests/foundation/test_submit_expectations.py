@@ -289,3 +289,16 @@ def test_local_oversubscription_is_one_warning(run_wml, program):
                                         "core(s): the ranks share cores and run slower (a cluster site refuses such "
                                         "a layout); fewer ranks fit"]
     assert run_wml("render", "--ranks-per-node", str(cores), str(program)).stderr == ""
+
+
+def test_perlmutter_interactive_qos(run_wml, program):
+    from test_cli import one_line_error
+
+    line = run_wml("submit", "--interactive", "--dry-run", "-s", "perlmutter", "-A", "m1").stdout
+    assert line.startswith("salloc ") and "--qos=interactive" in line
+    line = run_wml("submit", "--interactive", "--dry-run", "-s", "perlmutter", "-A", "m1", "-q", "interactive").stdout
+    assert "--qos=interactive" in line
+    one_line_error(run_wml("render", "-s", "perlmutter", "-q", "interactive", str(program)),
+                   "'interactive' on perlmutter is for interactive allocations only")
+    # a batch job that the default QOS refuses never falls back to the interactive one
+    assert "--qos=regular" in run_wml("render", "-s", "perlmutter", "-N", "2", str(program)).stdout

@@ -82,6 +82,7 @@ class QueueSpec(_Strict):
     walltime_bins: Annotated[List[WalltimeBin], Meta(description="smaller jobs may have shorter limits; the first bin whose max_nodes fits applies")] = []
     description: str = ""
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs for jobs in this queue (Theta debug-flat-quad: mcdram=flat:numa=quad); default the site's")] = None
+    interactive_only: Annotated[bool, Meta(description="only for interactive allocations (NERSC's interactive QOS): wml submit --interactive takes it when no -q is given, a batch job never")] = False
 
     def __post_init__(self) -> None:
         _check_walltime(self.max_walltime, "max_walltime")
