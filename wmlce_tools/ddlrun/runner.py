@@ -55,6 +55,7 @@ class StderrRelay(threading.Thread):
         self._exits: List[RankExit] = []
         self._up: set = set()
         self.no_horovod = False     # a rank said "No module named 'horovod'"
+        self.openmpi_root = False   # Open MPI's mpirun refused to run as root
 
     def run(self) -> None:
         broken = False
@@ -70,6 +71,8 @@ class StderrRelay(threading.Thread):
             else:
                 if not self.no_horovod and b"No module named 'horovod" in line:
                     self.no_horovod = True
+                if b"has detected an attempt to run as root" in line:
+                    self.openmpi_root = True
                 if broken:
                     continue
                 try:
@@ -264,6 +267,18 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
 
 def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
                  chained: bool = False, horovod_shim: bool = True) -> int:
+    """``_final_status``, and a hint when Open MPI refused to run as root."""
+    status = _final_status(relay, code, ranks, err, chained, horovod_shim)
+    if status != 0 and relay.openmpi_root:
+        _say(err, "ddlrun: hint: that is Open MPI refusing to run as root (the system's MPI, found because the env "
+                  "has none): install pip's MPICH into the env (pip install '.[mpi]': mpi4py and mpich), which "
+                  "runs as root, or run as another user (Open MPI's own override: OMPI_ALLOW_RUN_AS_ROOT=1 "
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)")
+    return status
+
+
+def _final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
+                  chained: bool = False, horovod_shim: bool = True) -> int:
     """ddlrun's exit status from the ranks' reports and the launcher's own status `code`.
 
     A rank that failed first decides it.  Else, once a rank exited EXIT_RESUME (the checkpoint
