@@ -1,5 +1,6 @@
-"""ddlrun's hint lines (issue 40.6, 40.12). A Horovod script launched without --horovod: the ranks'
-hint line from ddlrun (issue 40.6).  Real ddlrun, real MPI, 2 ranks."""
+"""ddlrun's hint lines: a Horovod script launched without --horovod (its ranks' "No module named
+'horovod'", issue 40.6); Open MPI refusing to run as root (issue 40.12).  Real ddlrun and MPI,
+2 ranks; Open MPI through a test double."""
 from __future__ import annotations
 
 import subprocess
