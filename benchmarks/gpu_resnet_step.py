@@ -19,10 +19,14 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import CPU_LIMIT, check  # noqa: E402
 from _timing import time_interleaved  # noqa: E402
 
 import ddl_runtime.torch as ddl_torch  # noqa: E402
 import horovod.torch as hvd  # noqa: E402  (ddlrun --horovod, or the shim on PYTHONPATH)
+
+
+LIMIT = 1.02  # issue 30: within 2 % of bare SGD
 
 
 def tiny() -> torch.nn.Module:
@@ -36,7 +40,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=10, help="steps per round and method")
+    ap.add_argument("--cpu", action="store_true", help="the smoke run of gpu_checks.sh --cpu: --model tiny, no limit")
     args = ap.parse_args()
+    if args.cpu:
+        args.model, args.rounds, args.steps = "tiny", 3, 3
     hvd.init()
     dev = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
     if args.model == "resnet50":
@@ -78,6 +85,11 @@ def main() -> None:
                                       "ms_per_step": {k: round(v, 3) for k, v in med.items()},
                                       "ratio_to_bare": {k: round(v / med["bare SGD"], 4) for k, v in med.items()}}),
               flush=True)
+        for label in ("ddl_runtime.torch.DistributedOptimizer", "horovod.torch.DistributedOptimizer"):
+            ratio = med[label] / med["bare SGD"]
+            check(f"{args.model} step 1 rank, {label.split('.')[0]}" + (" (cpu)" if args.cpu else ""),
+                  f"{ratio:.3f}x of bare SGD ({med[label]:.1f} ms)", CPU_LIMIT if args.cpu else f"<= {LIMIT}x",
+                  args.cpu or ratio <= LIMIT)
     hvd.shutdown()
 
 

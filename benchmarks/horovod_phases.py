@@ -10,7 +10,7 @@ each the time spent in the negotiation's phases and in the reduction:
 * ``submit``: the controller's submit (it may start the round and finish it when the peer is
   there already); ``start_round`` / ``advance_round``: building this rank's slot, and testing and
   reading the round (both include waiting for the peer);
-* ``negotiated``: the shared-memory allreduce of the negotiated op (shm/negotiated.py);
+* ``negotiated``: the shared-memory allreduce of the negotiated op (collectives/negotiated.py);
   ``results``: its reduction into the shared result regions (shm/results.py), which the native
   call also runs; ``announce_cached`` / ``reduce_carried``: a repeat whose data rode in the
   round, reduced from the round's rows;
@@ -35,8 +35,9 @@ from typing import Callable, Dict, Tuple
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import ddl_runtime as ddl  # noqa: E402
-from ddl_runtime import negotiation  # noqa: E402
-from ddl_runtime.shm import negotiated, results  # noqa: E402
+from ddl_runtime.collectives import negotiation  # noqa: E402
+from ddl_runtime.collectives import negotiated
+from ddl_runtime.transports.shm import results  # noqa: E402
 
 PHASES = [(negotiation.Controller, "_submit", "submit"), (negotiation.Controller, "_start_round", "start_round"),
           (negotiation.Controller, "_advance_round", "advance_round"),

@@ -5,12 +5,24 @@
     grads = ddl.allreduce_n(grads, op="avg", names=names)
 
 Importing this package does not start MPI or import torch: the collectives load on first
-use, and `ddl_runtime.jobenv` works without MPI at all.
+use, and `ddl_runtime.core.jobenv` works without MPI at all.
 """
-from . import faults as _faults
+from .state import faults as _faults
+from .state import hooks as _hooks
+from .lms import wmlce as _lms_names
 from .errors import DDLError, DDLInputError, DDLMismatchError
 
 _faults.install()  # an uncaught exception on any rank aborts the whole MPI job (see faults.py)
+_lms_names.install_when_imported()  # WML CE's torch.cuda.set_enabled_lms & co. (ddl_runtime.lms.wmlce)
+
+
+def _install_stop_handler() -> None:
+    from .checkpoint import stop  # not at import: the runtime runs this at init (state/hooks.py)
+
+    stop.install()  # the handler for $WML_STOP_SIGNAL (checkpoint/protocol.py), when it is set
+
+
+_hooks.at_init(_install_stop_handler)
 
 _OPS = (
     "init", "finalize", "is_initialized", "JobInfo",
@@ -26,7 +38,7 @@ __all__ = ["DDLError", "DDLInputError", "DDLMismatchError", *_OPS]
 
 def __getattr__(name):
     if name in _OPS:
-        from . import ops
+        from .collectives import ops
         value = getattr(ops, name)
         globals()[name] = value
         return value

@@ -29,8 +29,8 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 from mpi4py import MPI
 
-from . import ops as ddl
-from . import runtime as _runtime
+from .collectives import ops as ddl
+from .state import runtime as _runtime
 from .resnet50 import resnet50_shapes
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -196,7 +196,7 @@ def digits(comm: MPI.Comm, repeats: int, iters: int) -> dict:
     names = [n for n, _ in DIGITS_SHAPES]
     arrays = [np.ones(s, np.float32) for _, s in DIGITS_SHAPES]
     fused = np.ones(sum(a.size for a in arrays), np.float32)
-    from .shm.flat_allreduce import FlatAllreduce
+    from .collectives.flat_allreduce import FlatAllreduce
 
     flat = FlatAllreduce(fused.size, np.float32, "digits-bucket", op="avg")
     pieces = [a.reshape(-1) for a in arrays]

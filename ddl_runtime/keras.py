@@ -57,9 +57,9 @@ import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
 import ddl_runtime as _ddl  # noqa: E402
-from ddl_runtime.basics import init, is_root, rank, scale_lr, size  # noqa: E402
-from ddl_runtime.buffers import SUPPORTED_DTYPES  # noqa: E402
-from ddl_runtime.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
+from ddl_runtime.collectives.basics import init, is_root, rank, scale_lr, size  # noqa: E402
+from ddl_runtime.engine.buffers import SUPPORTED_DTYPES  # noqa: E402
+from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
 from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
 from ddl_runtime.checkpoint.keras import WalltimeCheckpoint  # noqa: E402,F401
 
@@ -198,7 +198,7 @@ def _average_gradients_tf(grads: List[Any], names: List[str], op: str) -> List[A
     """
     import tensorflow as tf
 
-    from ddl_runtime import tensorflow as ddl_tf
+    from ddl_runtime.frameworks import tensorflow as ddl_tf
 
     present = [i for i, g in enumerate(grads) if g is not None]
     dense = [tf.convert_to_tensor(grads[i]) for i in present]
@@ -215,20 +215,20 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
 
     if check:  # once: every rank trains the same variables
         _check_consistent("trainable variable", names, [_describe_var(v) for v in variables])
+    given = [None if g is None else g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
+             for g in grads]
+    first = next((g for g in given if g is not None), None)
+    # a missing gradient's zeros and the flags live where the gradients do (one device per call)
+    like = first if first is not None else torch.zeros(0)
     tensors: List[torch.Tensor] = []
     present: List[bool] = []
-    for g, v in zip(grads, variables):
-        if g is None:
-            present.append(False)
-            tensors.append(torch.zeros(tuple(v.shape), dtype=torch.float32))
-        else:
-            t = g if isinstance(g, torch.Tensor) else torch.as_tensor(np.asarray(g))
-            present.append(True)
-            tensors.append(t.contiguous())
+    for g, v in zip(given, variables):
+        present.append(g is not None)
+        tensors.append(like.new_zeros(tuple(v.shape), dtype=torch.float32) if g is None else g.contiguous())
     dtype = next((t.dtype for t, p in zip(tensors, present) if p), torch.float32)
-    flags = torch.tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
+    flags = like.new_tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
     _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
-    reduced_flags = flags.to(torch.float64)  # reduced in place, like the gradients
+    reduced_flags = flags.to(torch.float64).cpu()  # reduced in place, like the gradients
     if op == "sum":
         reduced_flags = reduced_flags / size()
     averaged: List[Any] = []
@@ -367,7 +367,7 @@ def _prepare_tf_train_step(model: "keras.Model") -> None:
     runs come back as themselves instead of as a tf.errors.OpError carrying their text."""
     import tensorflow as tf
 
-    from ddl_runtime import tensorflow as ddl_tf
+    from ddl_runtime.frameworks import tensorflow as ddl_tf
 
     # Every rank must train the same variables: checked here, eagerly (not while tracing).
     variables = list(model.trainable_variables)

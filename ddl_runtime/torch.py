@@ -38,11 +38,12 @@ import numpy as np
 import torch
 
 import ddl_runtime as _ddl
-from ddl_runtime.basics import init, is_root, local_rank, rank, scale_lr, size
+from ddl_runtime.collectives.basics import init, is_root, local_rank, rank, scale_lr, size
 from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.checkpoint.torch import Checkpointer
-from ddl_runtime.crossrank import check_consistent as _check_consistent
+from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
+from ddl_runtime.transports.gpu.hostcopy import to_host
 
 try:  # a more specific type when the core runtime provides it
     from ddl_runtime.errors import DDLMismatchError as _MismatchError
@@ -243,11 +244,11 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     payload = None
     if rank() == root_rank:
         buf = io.BytesIO()
-        torch.save(inner.state_dict(), buf)
+        torch.save(to_host(inner.state_dict()), buf)  # CUDA state: host copies (loaded onto each parameter's device)
         payload = buf.getvalue()
     payload = _ddl.bcast_object(payload, root=root_rank)
     if rank() != root_rank:
-        state = torch.load(io.BytesIO(payload), weights_only=False)
+        state = torch.load(io.BytesIO(payload), weights_only=False, map_location="cpu")
         inner.load_state_dict(state)
 
 
@@ -349,7 +350,7 @@ def parameters_max_divergence(params: Any) -> float:
     floats = [t.detach().reshape(-1).to(torch.float64) for _, t in items if t.numel()]
     if size() == 1 or not floats:
         return 0.0
-    flat = torch.cat(floats).numpy()
+    flat = torch.cat(floats).cpu().numpy()  # CUDA parameters: one device-to-host copy
     hi = np.asarray(_ddl.allreduce(flat.copy(), op="max"))
     lo = np.asarray(_ddl.allreduce(flat.copy(), op="min"))
     diff = hi - lo
@@ -384,13 +385,13 @@ class _Bucket:
         self.views: Dict[int, tuple] = {}
 
     def flatten(self, op: str) -> None:
-        """Reduce this bucket as ONE flat array (ddl_runtime.shm.flat_allreduce.FlatAllreduce): every
+        """Reduce this bucket as ONE flat array (ddl_runtime.collectives.flat_allreduce.FlatAllreduce): every
         gradient and then the presence flags (its tail).  Each step copies the fresh gradients
         into the array it hands out (on one host, this rank's slot in the shared-memory arena)
         with one torch op, and the reduced values back out with another; nothing is validated
         per step.  For small CPU buckets, where a latency-bound step pays for per-tensor work and
         for every pass over the bucket."""
-        from ddl_runtime.shm.flat_allreduce import FlatAllreduce
+        from ddl_runtime.collectives.flat_allreduce import FlatAllreduce
 
         sizes = [p.numel() for p in self.params]
         np_dtype = np.float32 if self.dtype == torch.float32 else np.float64
@@ -414,8 +415,8 @@ class _Bucket:
 
 def _flattens(bucket: _Bucket) -> bool:
     """Whether a bucket is reduced as one flat tensor (_Bucket.flatten): CPU float32/float64
-    gradients of at most the one-barrier small path's size (ddl_runtime.shm.group.SMALL_BYTES)."""
-    from ddl_runtime.shm.group import SMALL_BYTES
+    gradients of at most the one-barrier small path's size (ddl_runtime.transports.shm.group.SMALL_BYTES)."""
+    from ddl_runtime.transports.shm.group import SMALL_BYTES
 
     nbytes = (sum(p.numel() for p in bucket.params) + len(bucket.params) + bucket.stop_slot) * bucket.params[0].element_size()
     return (bucket.dtype in (torch.float32, torch.float64) and bucket.params[0].device.type == "cpu"
@@ -423,7 +424,7 @@ def _flattens(bucket: _Bucket) -> bool:
 
 
 def _one_host_shared_memory() -> bool:
-    from ddl_runtime import runtime  # not at import: that would start MPI
+    from ddl_runtime.state import runtime  # not at import: that would start MPI
 
     return runtime.current().shm is not None
 

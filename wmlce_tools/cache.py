@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from . import __version__
+from ._version import __version__
 
 
 def cache_dir(create: bool = True) -> Optional[Path]:

@@ -18,6 +18,7 @@ from typing_extensions import Annotated
 
 from . import __version__
 from .errors import WmlError, run_main
+from .options import check_no_option as _check_no_option, click_module as _click
 from .options import JobOptions, Site, flag_options, job_options, plan_from
 
 class _LazyGroup(TyperGroup):
@@ -34,6 +35,7 @@ class _LazyGroup(TyperGroup):
         "status": ("wmlce_tools.jobs.cli", "register"),
         "cancel": ("wmlce_tools.jobs.cli", "register"),
         "logs": ("wmlce_tools.jobs.cli", "register"),
+        "sweep": ("wmlce_tools.sweep_cli", "app"),
     }
 
     def list_commands(self, ctx):
@@ -83,21 +85,6 @@ def _main(version: Annotated[Optional[bool], typer.Option("--version", callback=
 # render and submit take the job options of options.JobOptions (declared once there)
 Program = Annotated[List[str], typer.Argument(help="The program and its arguments (a .py file runs with python).")]
 OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
-
-
-def _check_no_option(program: Optional[List[str]]) -> None:
-    """PROGRAM takes what follows the options as they are (ignore_unknown_options): a word that
-    starts with '-' there is an option this command does not have; name the closest one."""
-    if not program or not program[0].startswith("-"):
-        return
-    import difflib
-
-    ctx = _click("globals").get_current_context()
-    given = program[0].split("=", 1)[0]
-    names = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
-    close = difflib.get_close_matches(given, names, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise WmlError(f"unknown option {program[0]!r}{hint} (options go before the program; see {ctx.command_path} -h)")
 
 
 def _warn(plan) -> None:
@@ -280,14 +267,6 @@ def _usage_line(e) -> str:
     return f"{where}{msg} (see {path} -h)"
 
 
-def _click(module: str):
-    """A module of the click that typer runs on (recent typer carries its own, ``typer._click``)."""
-    try:
-        return importlib.import_module(f"typer._click.{module}")
-    except ImportError:
-        return importlib.import_module(f"click.{module}")
-
-
 def _run(argv: Optional[List[str]]) -> Optional[int]:
     errors = _click("exceptions")
     try:
@@ -308,7 +287,7 @@ def _run(argv: Optional[List[str]]) -> Optional[int]:
 #: render/submit options that take no value (every other option before the program takes one)
 _FLAGS = {*flag_options(), "--dry-run", "--interactive", "--json", "--wait", "--help", "-h"}
 #: commands whose options come before a program (they take JobOptions)
-JOB_COMMANDS = ("render", "submit")
+JOB_COMMANDS = ("render", "submit", "sweep")
 
 
 def _stage_env_flag(argv: List[str]) -> List[str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import jinja2
 
-from . import __version__
+from ._version import __version__
 from .cache import cache_dir
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
@@ -38,6 +38,18 @@ if TYPE_CHECKING:
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
 JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
                "local": "WML_JOB_ID"}
+
+
+@dataclass(frozen=True)
+class SweepLaunch:
+    """What a sweep's job script has beside a plain job's: the array directives, the LSF job
+    name with its index range, and the launch line (the trial runner or the packed runner in
+    front of the trial's ddlrun line)."""
+
+    directives: Tuple[str, ...]
+    launch_line: str
+    lsf_job_name: Optional[str] = None
+    launcher_line: Optional[str] = None      # packed: one trial's launch (the script's comment)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class JobPlan:
     notes: Tuple[str, ...] = ()       # warnings about how the options were read (plan_from)
     python: Tuple[Optional[str], str] = (None, "")   # the interpreter of a .py program, and why (job_python)
     passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
+    sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -400,5 +413,11 @@ def render_script(plan: JobPlan) -> str:
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
         workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
+        sweep_directives=plan.sweep.directives if plan.sweep else (), lsf_job_name=plan.request.job_name,
     )
+    if plan.sweep is not None:
+        ctx.update(launch=f"cd {sh_quote(str(plan.workdir))}\n{plan.sweep.launch_line}",
+                   ddlrun_line=plan.sweep.launch_line, lsf_job_name=plan.sweep.lsf_job_name or plan.request.job_name)
+        if plan.sweep.launcher_line:
+            ctx["launcher_line"] = plan.sweep.launcher_line
     return _jinja().get_template(plan.scheduler.template).render(**ctx)

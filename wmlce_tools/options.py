@@ -211,3 +211,28 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
 
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)
     return segment_plan(plan, run, 1, logs_dir=logs_dir), run
+
+
+def click_module(module: str):
+    """A module of the click that typer runs on (recent typer carries its own, ``typer._click``)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"typer._click.{module}")
+    except ImportError:
+        return importlib.import_module(f"click.{module}")
+
+
+def check_no_option(program: Optional[List[str]]) -> None:
+    """PROGRAM takes what follows the options as they are (ignore_unknown_options): a word that
+    starts with '-' there is an option this command does not have; name the closest one."""
+    if not program or not program[0].startswith("-"):
+        return
+    import difflib
+
+    ctx = click_module("globals").get_current_context()
+    given = program[0].split("=", 1)[0]
+    names = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
+    close = difflib.get_close_matches(given, names, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise WmlError(f"unknown option {program[0]!r}{hint} (options go before the program; see {ctx.command_path} -h)")

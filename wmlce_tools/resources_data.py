@@ -14,13 +14,11 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 
 @lru_cache(maxsize=None)
 def data_dir(name: str) -> Path:
-    """Directory of bundled data ``name`` (``templates``, ``site_configs`` or ``env_specs``):
-    the checkout's own when this code runs from a source checkout (an editable install of
-    another checkout maps ``wmlce_tools.templates`` to that one's folder: a worktree on
-    PYTHONPATH would render with the other checkout's templates)."""
-    own = _REPO_ROOT / name
-    if own.is_dir() and (_REPO_ROOT / "setup.py").is_file() and (_REPO_ROOT / "wmlce_tools").is_dir():
-        return own
+    """Directory of bundled data ``name`` (``templates``, ``site_configs`` or ``env_specs``).
+    A source checkout's own folders come first: with an editable install of another checkout
+    on the path (a git worktree run with PYTHONPATH), the installed mapping names that one."""
+    if (_REPO_ROOT / "pyproject.toml").is_file() and (_REPO_ROOT / name).is_dir():
+        return _REPO_ROOT / name
     spec = importlib.util.find_spec(f"wmlce_tools.{name}")
     if spec is not None and spec.submodule_search_locations:
         for loc in spec.submodule_search_locations:

@@ -163,6 +163,8 @@ def _run_submit(plan: JobPlan) -> str:
 
 def _local_job_id(plan: JobPlan) -> str:
     # a chain's segments are <run>/segment-<k>: the run's name keeps their ids unique
+    if plan.sweep is not None:      # a sweep's submissions are <run>/submit-<k>
+        return f"local-{plan.jobdir.parent.name}-{plan.jobdir.name}"
     return f"local-{plan.jobdir.name}" if plan.segment is None else f"local-{plan.jobdir.parent.name}-{plan.segment.index}"
 
 

@@ -85,7 +85,7 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if not self.active:
             return
-        from .. import basics
+        from ..collectives import basics
 
         basics.init()
         model = self.model
@@ -103,7 +103,7 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
         if optimizer is not None and not optimizer.built:
             optimizer.build(model.trainable_variables)
         _vars.assign(shared_state(model, optimizer), state["shared"], "WalltimeCheckpoint")
-        from .. import basics
+        from ..collectives import basics
 
         mine = state["per_rank"][basics.rank() % len(state["per_rank"])]
         _vars.assign(seed_states(model), mine["seeds"], "WalltimeCheckpoint")

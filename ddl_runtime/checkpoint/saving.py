@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .. import log as _log
+from ..core import log as _log
 from ..errors import DDLError, DDLInputError, DDLMismatchError
 from . import rng, store, stop
 from .protocol import CHECKPOINT_DIR_ENV, EXIT_RESUME, SEGMENT_ENV
@@ -67,7 +67,7 @@ def require_directory(what: str) -> Path:
 
 
 def _gather(rt, obj: Any, what: str) -> Optional[List[Any]]:
-    from ..ops import _agree
+    from ..collectives.ops import _agree
 
     _agree(rt, what, ((what,), ()))
     return rt.control.gather(obj, root=0)
@@ -85,7 +85,7 @@ def save(state: Dict[str, Any], step: int, framework: str = "") -> Path:
     """Collective: rank 0 writes `state` (numpy arrays, torch tensors, picklable objects) and every
     rank's RNG streams as the checkpoint of `step`, atomically; every rank returns the payload's
     path once it is complete."""
-    from .. import runtime as _rt
+    from ..state import runtime as _rt
 
     if not isinstance(state, dict):
         raise DDLInputError(f"save: state must be a dict, got {type(state).__name__}")
@@ -124,7 +124,7 @@ def load(restore_rng: bool = True) -> Optional[Restored]:
     the checkpoint, verifies its checksum and broadcasts it.  With `restore_rng` each rank's random
     streams continue where that rank's stopped (the same rank's, when the job size is unchanged).
     """
-    from .. import runtime as _rt
+    from ..state import runtime as _rt
 
     d = require_directory("load")
     rt = _rt.current()
@@ -171,7 +171,7 @@ def load(restore_rng: bool = True) -> Optional[Restored]:
 
 def exit_resume() -> None:
     """Finalize the runtime and exit with protocol.EXIT_RESUME (75): saved, resume in the next job."""
-    from .. import runtime as _rt
+    from ..state import runtime as _rt
 
     sys.stdout.flush()
     sys.stderr.flush()

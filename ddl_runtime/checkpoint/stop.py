@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import log as _log
+from ..core import log as _log
 from ..errors import DDLInputError, DDLMismatchError
 from .protocol import STOP_SIGNAL_ENV
 
@@ -119,8 +119,8 @@ def agree(step: Optional[int] = None) -> bool:
     `step` (optional): this rank's step; when the decision takes a collective of its own, ranks at
     different steps raise DDLMismatchError on every rank.
     """
-    from .. import runtime as _rt
-    from ..ops import allreduce
+    from ..state import runtime as _rt
+    from ..collectives.ops import allreduce
 
     if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
         raise DDLInputError(f"agree(step={step!r}): step must be a non-negative integer")

@@ -100,7 +100,7 @@ class Checkpointer(StepBoundary):
                                 f"by {state.get('framework') or 'another program'!r}, not by a TensorFlow Checkpointer")
         self._build_optimizers()
         _vars.assign(self._shared(), state["shared"], "Checkpointer")
-        from .. import basics
+        from ..collectives import basics
 
         _vars.assign(self._own(), state["per_rank"][basics.rank() % len(state["per_rank"])], "Checkpointer")
         self.restored_step = restored.step

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import DDLInputError
+from ..transports.gpu.hostcopy import to_host
 from . import saving
 from .boundary import StepBoundary
 
@@ -49,11 +50,13 @@ class Checkpointer(StepBoundary):
         self.restored_step: Optional[int] = None
 
     def state(self) -> dict:
+        """What is saved, with CUDA tensors copied to the host (a checkpoint does not name a device;
+        restore's load_state_dict puts each value on its parameter's device)."""
         out = {"model": self.model.state_dict()}
         if self.optimizer is not None:
             out["optimizer"] = self.optimizer.state_dict()
         out.update({f"object:{name}": obj.state_dict() for name, obj in self.objects.items()})
-        return out
+        return to_host(out)
 
     def restore(self) -> int:
         """Collective: load the newest checkpoint into the model, optimizer and objects; returns

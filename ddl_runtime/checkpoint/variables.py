@@ -60,7 +60,7 @@ def unique(variables: Iterable[Any], prefix: str) -> Named:
 
 def per_rank(obj: Any) -> Optional[List[Any]]:
     """Collective: every rank's picklable `obj`, as a list on rank 0 (None elsewhere)."""
-    from .. import runtime as _rt
+    from ..state import runtime as _rt
     from .saving import _gather
 
     return _gather(_rt.current(), obj, "checkpoint.per_rank")

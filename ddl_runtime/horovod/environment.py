@@ -152,14 +152,14 @@ def apply(env: MutableMapping[str, str] = os.environ) -> HorovodSettings:
 
 def after_init() -> None:
     """Once the runtime runs: notices on rank 0, the timeline's clock, HOROVOD_TIMELINE=path."""
-    from .. import runtime as _rt
+    from ..state import runtime as _rt
     from . import timeline
 
     rt = _rt.current()
     settings = _settings or read()
     timeline.agree_epoch(rt)
     if rt.rank == 0:
-        from .. import log as _log
+        from ..core import log as _log
         for notice in settings.notices:
             _log.log(f"horovod: {notice}")
     if settings.timeline:

@@ -25,7 +25,7 @@ import os
 import time
 from typing import Dict, Optional
 
-from .. import runtime as _rt
+from ..state import runtime as _rt
 from ..errors import DDLInputError
 from ..timeline import NullTimeline, Timeline, rank_path
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddl_runtime.jobenv import detect_launcher
+from ddl_runtime.core.jobenv import detect_launcher
 from wmlce_tools.ddlrun.hosts import discover_hosts
 from wmlce_tools.ddlrun.plan import DdlrunOptions, build_plan
 from wmlce_tools.ddlrun.rankexec import RankSettings, ShimError, rank_environment

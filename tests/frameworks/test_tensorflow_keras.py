@@ -61,7 +61,7 @@ def _python(code, env):
 
 def test_import_starts_nothing_and_keras_backend_follows_the_user():
     frameworks = "('tensorflow', 'keras', 'torch', 'mpi4py')"
-    r = _python("import sys, ddl, ddl_runtime; import ddl_runtime.jobenv; "
+    r = _python("import sys, ddl, ddl_runtime; import ddl_runtime.core.jobenv; "
                 f"print([m for m in {frameworks} if m in sys.modules])", {})
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
     # TensorFlow imported first, KERAS_BACKEND unset: Keras runs on TensorFlow, not the torch default

@@ -1,6 +1,7 @@
-"""Horovod's remaining edges (issue 32), on 2 real ranks under `ddlrun --horovod`: static process
-sets with repeats, process sets on TensorFlow (global root ranks, a tape outside its set, graph
-mode), TensorFlow 1 optimizers, Horovod's timeline layout, and hvd.elastic for Keras 3.
+"""Horovod's remaining edges (issues 32, 36), on 2 real ranks under `ddlrun --horovod`: static
+process sets (duplicates refused, unknown ids), process sets on TensorFlow (global root ranks, a
+tape outside its set, graph mode), TensorFlow 1 optimizers, Horovod's timeline layout, and
+hvd.elastic for Keras 3.
 
 The programs in tf_programs/ print `OK <check>` (or `FAIL <check>: ...`) on every rank; each
 test here asserts its own checks on both ranks.
@@ -32,14 +33,21 @@ def tf1_graph():
     return _ddlrun("hvd_tf1_graph.py")
 
 
-def test_static_process_sets_accept_repeats_and_permutations():
+STATIC_SET_CHECKS = [
+    "hvd.init with a set listed twice or the global set listed: ValueError on every rank, nothing registered",
+    "then hvd.init(process_sets=[[0], [1..]]) succeeds: ids 1 and 2, the global set keeps id 0 and all ranks",
+    "a collective on a process set id never registered: ValueError (not InvalidArgumentError), eager and graph",
+    "DistributedGradientTape, tf.compat.v1 DistributedOptimizer on an id never registered: ValueError on every rank",
+    "an allreduce on a registered set this rank is not in: InvalidArgumentError, eager and graph",
+    "Keras: DistributedOptimizer on a process set id never registered raises ValueError",
+    "a collective on a removed process set: ValueError when the op is made, as Horovod"]
+
+
+def test_static_process_sets_refuse_duplicates_and_unknown_ids_as_horovod():
+    """Issue 36: Horovod 0.28's test_process_sets_static and its unknown-process-set-id test."""
     out = _ddlrun("hvd_static_sets.py")
     for rank in (0, 1):
-        assert _passed(out, rank) == [
-            "static process sets: repeats and permutations name the same set",
-            "collectives on a repeated set and on the set of every rank",
-            "add_process_set of an existing set is refused; removing a repeated set unregisters every object "
-            "naming it"], out[-6000:]
+        assert _passed(out, rank) == STATIC_SET_CHECKS, out[-6000:]
 
 
 def test_tensorflow_broadcasts_on_a_process_set_take_the_global_root_rank(tf_sets):

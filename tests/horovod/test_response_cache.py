@@ -1,6 +1,6 @@
-"""The response cache's keys (ddl_runtime/response_cache.py), without MPI: what one rank
+"""The response cache's keys (ddl_runtime/collectives/response_cache.py), without MPI: what one rank
 announces is what every other rank rebuilds, named or unnamed."""
-from ddl_runtime.response_cache import MAX_NUMBER, ResponseCache
+from ddl_runtime.collectives.response_cache import MAX_NUMBER, ResponseCache
 
 
 def _desc(name, shapes, op="sum"):

@@ -38,11 +38,11 @@ def test_an_adasum_exchange_names_the_rank_it_waits_for(hvd_run):
     (3.0, 1e-9, 2.0, (1.0, 0.25)),        # a squared norm below 1e-8 keeps coefficient 1
 ])
 def test_pairwise_coefficients_are_horovods(dot, an, bn, want):
-    from ddl_runtime import adasum
+    from ddl_runtime.collectives import adasum
     assert adasum.coefficients(dot, an, bn) == pytest.approx(want)
 
 
 def test_power_of_two():
-    from ddl_runtime import adasum
+    from ddl_runtime.collectives import adasum
     assert [n for n in range(1, 17) if adasum.is_power_of_two(n)] == [1, 2, 4, 8, 16]
     assert not adasum.is_power_of_two(0)

@@ -11,7 +11,7 @@ def test_devices_on_two_ranks(hvd_run):
 
 
 def test_device_is_part_of_the_descriptor_and_only_host_requests_are_scaled_by_the_engine():
-    from ddl_runtime.negotiation import Request, engine_params
+    from ddl_runtime.collectives.negotiation import Request, engine_params
     host = Request("allreduce", "w", ("average", 0.5, 2.0), [("w", "float32", (3,))])
     cuda = Request("allreduce", "w", ("average", 0.5, 2.0), [("w", "float32", (3,))], device="cuda")
     assert host.descriptor() != cuda.descriptor()

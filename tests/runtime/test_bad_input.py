@@ -70,7 +70,7 @@ def test_calls_before_init_raise_clear_error():
 
 
 def test_importing_ddl_starts_nothing():
-    proc = run_python("import sys, ddl, ddl_runtime, ddl_runtime.jobenv\n"
+    proc = run_python("import sys, ddl, ddl_runtime, ddl_runtime.core.jobenv\n"
                       "print(sorted(m for m in ('mpi4py.MPI', 'torch', 'keras') if m in sys.modules))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -1,12 +1,12 @@
 """FlatAllreduce: a small bucket reduced every step straight from the shared-memory arena
-(ddl_runtime/shm/flat_allreduce.py), on real MPI ranks (mpi_scripts/flat_job.py)."""
+(ddl_runtime/collectives/flat_allreduce.py), on real MPI ranks (mpi_scripts/flat_job.py)."""
 import json
 
 import numpy as np
 import pytest
 
 from ddl_runtime.errors import DDLInputError
-from ddl_runtime.shm.flat_allreduce import FlatAllreduce
+from ddl_runtime.collectives.flat_allreduce import FlatAllreduce
 
 
 @pytest.mark.parametrize("n, env", [(2, {}), (3, {}), (2, {"DDL_SHM": "0"}), (2, {"DDL_EMULATE_NODES": "2"})])

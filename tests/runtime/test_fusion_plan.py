@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ddl_runtime.algorithms import split_counts
-from ddl_runtime.buffers import as_tensor, narrow, widen
-from ddl_runtime.fusion import plan_buckets
+from ddl_runtime.engine.algorithms import split_counts
+from ddl_runtime.engine.buffers import as_tensor, narrow, widen
+from ddl_runtime.engine.fusion import plan_buckets
 
 MB = 1024 * 1024
 

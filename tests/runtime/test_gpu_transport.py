@@ -1,4 +1,4 @@
-"""The device transports (ddl_runtime.gpu) on CPU: what needs no GPU is tested here.
+"""The device transports (ddl_runtime.transports.gpu) on CPU: what needs no GPU is tested here.
 
 The choice of transport from every rank's GPU identity and DDL_GPU_TRANSPORT, the pinned pool's
 reuse, the NCCL-path code through a gloo group with 2 real MPI ranks, the host-staging logic
@@ -8,11 +8,11 @@ benchmarks/gpu_checks.sh runs the CUDA side on a machine with a GPU.
 import pytest
 import torch
 
-from ddl_runtime.buffers import TensorRef
+from ddl_runtime.engine.buffers import TensorRef
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
-from ddl_runtime.gpu.devices import GpuIdentity, device_problem, shared_gpus
-from ddl_runtime.gpu.host import HostCopies, PinnedPool, Staging, cpu_allocator
-from ddl_runtime.gpu.transport import decide
+from ddl_runtime.transports.gpu.devices import GpuIdentity, device_problem, shared_gpus
+from ddl_runtime.transports.gpu.host import HostCopies, PinnedPool, Staging, cpu_allocator
+from ddl_runtime.transports.gpu.transport import decide
 
 A, B = GpuIdentity("GPU-aaaa", 0, "H100"), GpuIdentity("GPU-bbbb", 0, "H100")
 
@@ -34,7 +34,7 @@ def test_forced_transport_and_its_errors_are_decided_from_every_ranks_setting():
         decide(["nccl", "nccl"], [A, A])
     with pytest.raises(DDLMismatchError, match=r"ranks disagree about DDL_GPU_TRANSPORT \(rank 0: nccl; rank 1: unset\)"):
         decide(["nccl", ""], [A, B])
-    with pytest.raises(DDLInputError, match=r"DDL_GPU_TRANSPORT='gpu' \(rank 1\) must be one of nccl, host"):
+    with pytest.raises(DDLInputError, match=r"DDL_GPU_TRANSPORT='gpu' \(rank 1\) must be one of nccl, ipc, host"):
         decide(["", "gpu"], [A, B])
 
 

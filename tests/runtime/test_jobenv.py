@@ -2,8 +2,8 @@
 import pytest
 
 from ddl_runtime.errors import DDLInputError
-from ddl_runtime.jobenv import JobEnvironment, LauncherInfo, detect_launcher
-from ddl_runtime.topology import Hierarchy, Mode, hierarchy_for, parse_mode
+from ddl_runtime.core.jobenv import JobEnvironment, LauncherInfo, detect_launcher
+from ddl_runtime.core.topology import Hierarchy, Mode, hierarchy_for, parse_mode
 
 
 def test_defaults_from_an_empty_environment():

@@ -1,9 +1,9 @@
-"""ddl_runtime.shm.output_pool: result memory is reused once nothing sees it, never while something does."""
+"""ddl_runtime.transports.shm.output_pool: result memory is reused once nothing sees it, never while something does."""
 import gc
 
 import numpy as np
 
-from ddl_runtime.shm.output_pool import ALIGN, OutputPool
+from ddl_runtime.transports.shm.output_pool import ALIGN, OutputPool
 
 F32 = np.dtype(np.float32)
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from ddl_runtime import refcache
-from ddl_runtime.buffers import as_tensor
-from ddl_runtime.refcache import RefCache
+from ddl_runtime.engine import refcache
+from ddl_runtime.engine.buffers import as_tensor
+from ddl_runtime.engine.refcache import RefCache
 
 
 def _validated(cache, tensors, names=None):

@@ -1,4 +1,4 @@
-"""The shared-memory agreement and allreduce of one-host jobs (ddl_runtime/shm/group.py)."""
+"""The shared-memory agreement and allreduce of one-host jobs (ddl_runtime/transports/shm/group.py)."""
 import os
 import subprocess
 import sys
@@ -6,10 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-from ddl_runtime.buffers import as_tensor
+from ddl_runtime.engine.buffers import as_tensor
 from ddl_runtime.errors import DDLInputError
-from ddl_runtime.jobenv import JobEnvironment
-from ddl_runtime.shm.group import plan
+from ddl_runtime.core.jobenv import JobEnvironment
+from ddl_runtime.transports.shm.group import plan
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -127,7 +127,8 @@ def test_ddl_shm_setting():
 SINGLE = r"""
 import numpy as np, torch, torch.distributed as dist
 import ddl_runtime as ddl
-from ddl_runtime import gpu, runtime as _rt
+from ddl_runtime.transports import gpu
+from ddl_runtime.state import runtime as _rt
 ddl.init()
 rt = _rt.current()
 rt.engine.submit = None  # one rank: the reduction is the identity, no bucket may be started

@@ -4,7 +4,7 @@
            [--cores-per-rank C] [--threads-per-core T] [--gpu-binding per-rank|local-rank]
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
-           [--timeline FILE] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
+           [--timeline FILE] [--horovod] [--lms] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
            [--] PROGRAM [ARGS]...
 
 Errors are one line, ``ddlrun: error: ...``, exit status 2; never a traceback.
@@ -34,7 +34,7 @@ EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_
           "WML_RANKS_PER_GPU (as --ranks-per-gpu), "
           "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), "
           "WML_DDLRUN_HOSTFILE_BYTES (a longer host list goes to mpiexec in a host file, default 32768), WML_HOROVOD=1 "
-          "(as --horovod).  "
+          "(as --horovod), WML_LMS=1 (as --lms).  "
           "Exit status: the first failing rank's.")
 
 
@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline", metavar="FILE", help="write a Chrome-trace timeline (DDL_TIMELINE)")
     p.add_argument("--horovod", action="store_true", help="run Horovod scripts unchanged: 'import horovod.torch' "
                    "(.tensorflow, .tensorflow.keras, .keras) gives ddl_runtime's Horovod API (also WML_HOROVOD=1)")
+    p.add_argument("--lms", action="store_true", help="Large Model Support for torch scripts unchanged: WML CE's "
+                   "torch.cuda.set_enabled_lms(True) and its twins work with no wml import (also WML_LMS=1)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count); stop on failure")
@@ -82,9 +84,14 @@ def _parser() -> argparse.ArgumentParser:
 def _exports(a) -> tuple:
     from .horovod import check_settings, shim_exports, wanted
 
+    exports = tuple(a.exports)
+    if wanted(a.lms, os.environ, "WML_LMS"):
+        from ddl_runtime.lms.shim import SHIM_DIR
+
+        exports = (*shim_exports(exports, os.environ, SHIM_DIR), "WML_LMS=1")
     if not wanted(a.horovod, os.environ):
-        return tuple(a.exports)
-    exports = shim_exports(a.exports, os.environ)
+        return exports
+    exports = shim_exports(exports, os.environ)
     check_settings(exports, os.environ)
     return exports
 
@@ -149,7 +156,7 @@ def _describe(plan) -> str:
 def run_cli(argv: Sequence[str]) -> int:
     opts = parse_args(argv)
     if opts is None:
-        from .. import __version__
+        from .._version import __version__
 
         sys.stdout.write(f"ddlrun (wml) {__version__}\n")
         return 0

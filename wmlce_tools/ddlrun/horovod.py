@@ -15,19 +15,22 @@ ENV_SWITCH = "WML_HOROVOD"
 _ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
-def wanted(flag: bool, env: Mapping[str, str]) -> bool:
+def wanted(flag: bool, env: Mapping[str, str], switch: str = ENV_SWITCH) -> bool:
     """``--horovod`` or ``WML_HOROVOD=1`` (a site turns it on for every job with
-    ``environment: {WML_HOROVOD: "1"}`` in its profile)."""
-    value = env.get(ENV_SWITCH, "").strip().lower()
+    ``environment: {WML_HOROVOD: "1"}`` in its profile); ``switch``: another such variable
+    (``WML_LMS``)."""
+    value = env.get(switch, "").strip().lower()
     if value not in _ON + _OFF:
-        raise WmlError(f"{ENV_SWITCH}={env[ENV_SWITCH]!r} must be 1 or 0")
+        raise WmlError(f"{switch}={env[switch]!r} must be 1 or 0")
     return flag or value in _ON
 
 
-def shim_exports(exports: Sequence[str], env: Mapping[str, str]) -> Tuple[str, ...]:
-    """``exports`` (``-x`` items) with ``PYTHONPATH`` led by the shim directory: the user's own
-    ``-x PYTHONPATH=...`` (else this environment's PYTHONPATH) follows it."""
-    from ddl_runtime.horovod.shim import SHIM_DIR
+def shim_exports(exports: Sequence[str], env: Mapping[str, str], shim_dir: Optional[str] = None) -> Tuple[str, ...]:
+    """``exports`` (``-x`` items) with ``PYTHONPATH`` led by the shim directory (Horovod's, or
+    ``shim_dir``): the user's own ``-x PYTHONPATH=...`` (else this environment's PYTHONPATH) follows it."""
+    from ddl_runtime.horovod.shim import SHIM_DIR as HOROVOD_SHIM
+
+    SHIM_DIR = shim_dir or HOROVOD_SHIM
 
     current: Optional[str] = env.get("PYTHONPATH")
     kept = []

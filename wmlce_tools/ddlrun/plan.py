@@ -155,6 +155,8 @@ def master_port(env: Mapping[str, str]) -> int:
     """A port in 20000-59999 derived from the job id (else this process id), so that
     concurrent jobs on shared nodes pick different ports."""
     job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
+    if env.get("WML_TRIAL"):      # a sweep's trials packed into one job run side by side
+        job += f"-trial{env['WML_TRIAL']}"
     return PORT_LOW + zlib.crc32(job.encode()) % PORT_SPAN
 
 
@@ -190,7 +192,7 @@ def _check_mode(text: Optional[str], layout: Layout) -> str:
     if text is None:
         return layout.mode
     from ddl_runtime.errors import DDLInputError
-    from ddl_runtime.topology import parse_mode
+    from ddl_runtime.core.topology import parse_mode
 
     try:
         mode = parse_mode(text, source="--mode")

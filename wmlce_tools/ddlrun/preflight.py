@@ -25,8 +25,8 @@ PROBE = r"""
 import json, sys
 out = {"python": sys.version.split()[0]}
 try:
-    import ddl_runtime, ddl_runtime.jobenv
-    from wmlce_tools import __version__
+    import ddl_runtime, ddl_runtime.core.jobenv
+    from wmlce_tools._version import __version__
     from wmlce_tools.site.detect import count_gpus
     out.update(runtime=__version__, gpus=count_gpus())
 except Exception as e:
@@ -107,7 +107,7 @@ def table(reports: Sequence[HostReport]) -> str:
 
 
 def check_hosts(plan, err: TextIO) -> bool:
-    from .. import __version__
+    from .._version import __version__
 
     hosts = list(dict.fromkeys(plan.node_hosts))
     err.write(f"ddlrun: checking {len(hosts)} host(s) (timeout {PROBE_TIMEOUT_S:.0f} s each)\n")

@@ -1,7 +1,7 @@
 """The per-rank shim: the launcher runs ``python -m wmlce_tools.ddlrun.rankexec [settings] --
 PROGRAM ARGS`` once per rank; it works out this rank's environment and runs the program.
 
-The rank comes from the launcher's own variables (``ddl_runtime.jobenv.detect_launcher``);
+The rank comes from the launcher's own variables (``ddl_runtime.core.jobenv.detect_launcher``);
 node and local rank follow from the Layout's numbering (rank = node * ranks_per_node +
 local_rank), which every launcher ddlrun drives places node by node.  Where the launcher also
 reports a local rank, it must agree (otherwise GPUs would be handed out wrongly).
@@ -22,7 +22,7 @@ is not a bad exit, and srun's ``--kill-on-bad-exit`` would otherwise end the ste
 rank out, killing the others in their exit and dropping output not yet forwarded, reports
 included (seen on the local Slurm).  ddlrun reads the 75 from the report.
 
-Only the standard library, ``ddl_runtime.jobenv`` and ``wmlce_tools.stage.place`` (a staged
+Only the standard library, ``ddl_runtime.core.jobenv`` and ``wmlce_tools.stage.place`` (a staged
 environment's copy on an emulated node) are imported: this starts on every rank.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple  # noqa: E402
 
 from ddl_runtime.errors import DDLInputError  # noqa: E402
-from ddl_runtime.jobenv import JobEnvironment, detect_launcher  # noqa: E402
+from ddl_runtime.core.jobenv import JobEnvironment, detect_launcher  # noqa: E402
 
 from .exitreport import format_report, format_up, stop_signum  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402

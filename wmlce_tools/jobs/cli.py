@@ -64,10 +64,21 @@ def jobs_cmd(as_json: AsJson = False,
         typer.echo("no jobs yet (wml submit records them here)")
         return
     from ..chain.view import chain_of
+    from ..sweep.view import sweep_of
 
     rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "SUBMITTED (UTC)", "OUTPUT"]]
     shown_runs = set()
     for r in records:
+        sweep = sweep_of(r, reg, refresh=False)    # a sweep's submission: the sweep, one line with counts
+        if sweep is not None:
+            if sweep.rec.run_id in shown_runs:
+                continue
+            shown_runs.add(sweep.rec.run_id)
+            rows.append(["sweep", sweep.rec.run_id, r.site, f"{r.name} ({sweep.rec.size} trial{'s' if sweep.rec.size != 1 else ''}, {sweep.rec.mode})",
+                         f"{sweep.state}: {sweep.count_text()}", "-", "-", _fmt_time(min(j.submitted_at for j in sweep.jobs)
+                                                                                      if sweep.jobs else r.submitted_at),
+                         str(sweep.run_dir)])
+            continue
         view = chain_of(r, reg, refresh=False)     # a segment of a chained run: the run, then its segments
         if view is None:
             rows.append([f"@{r.id}", r.job_id, r.site, r.name, r.state.value,
@@ -97,6 +108,18 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
     from ..schedulers import NEVER_STARTS, SchedulerError
 
     rec = find(job)
+    from ..sweep.view import status_lines, sweep_of
+
+    sweep = sweep_of(rec, Registry())
+    if sweep is not None:      # a sweep: each trial (parameters, state, exit status, walltime)
+        if as_json:
+            typer.echo(json.dumps({"run_id": sweep.rec.run_id, "run_dir": str(sweep.run_dir), "mode": sweep.rec.mode,
+                                   "state": sweep.state, "counts": sweep.counts,
+                                   "jobs": [{"job_id": j.job_id, "state": j.state.value} for j in sweep.jobs],
+                                   "trials": [t.as_dict() for t in sweep.trials]}))
+        else:
+            typer.echo("\n".join(status_lines(sweep)))
+        return
     view = chain_of(rec, Registry())
     if view is not None:       # a chained run: the run and each segment (id, state, step)
         if as_json:
@@ -136,6 +159,21 @@ def cancel_cmd(job: Job) -> None:
         named = "; ".join(f"{r.site} job {r.job_id} ({r.state.value}, @{r.id})" for r in both)
         raise WmlError(f"{job} could mean {len(both)} jobs: {named}; say which: wml cancel @N")
     rec = find(job)
+    from ..sweep.view import sweep_of
+
+    sweep = sweep_of(rec)
+    if sweep is not None:      # a sweep: its array or its packed allocation, every submission still live
+        live = [j for j in sweep.jobs if not j.state.final]
+        if not live:
+            typer.echo(f"sweep {sweep.rec.run_id} has already ended: {sweep.state}")
+            return
+        for j in live:
+            try:
+                j, _ = cancel(j)
+            except SchedulerError as e:
+                raise WmlError(f"cannot cancel job {j.job_id} of sweep {sweep.rec.run_id} on {j.scheduler}: {e}") from None
+            typer.echo(f"sweep {sweep.rec.run_id}: job {j.job_id} {j.state.value if j.state.final else 'cancel requested'}")
+        return
     if rec.state.final:
         typer.echo(f"job {rec.job_id} has already ended: {rec.state.value}")
         return
@@ -154,15 +192,27 @@ def cancel_cmd(job: Job) -> None:
 
 
 def logs_cmd(job: Job,
-             follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep showing new output until the job ends.")] = False) -> None:
+             follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep showing new output until the job ends.")] = False,
+             trial: Annotated[Optional[int], typer.Option("--trial", help="A sweep's trial: its output (trials/N/output.log).")] = None) -> None:
     """The job's output (and error) file; -f follows it until the job ends.  A job of a
-    chain (--chain N): every segment's output in order; -f follows the run to its end."""
+    chain (--chain N): every segment's output in order; -f follows the run to its end.
+    A sweep: --trial N shows that trial's output (without it, the sweep's job output)."""
     from .lifecycle import find, logs
     from .registry import Registry
     from ..chain.cli import chain_logs
     from ..chain.view import chain_of
 
     rec = find(job)
+    if trial is not None:
+        from ..sweep.view import sweep_of, trial_logs
+
+        sweep = sweep_of(rec)
+        if sweep is None:
+            raise WmlError(f"--trial goes with a sweep; {job} is a plain job")
+        code = trial_logs(sweep, trial, follow)
+        if code:
+            raise typer.Exit(code)
+        return
     view = chain_of(rec, Registry())
     code = chain_logs(view, follow) if view is not None else logs(rec, follow=follow)
     if code:

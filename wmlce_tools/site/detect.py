@@ -5,12 +5,15 @@ import fnmatch
 import glob
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping, Optional, Protocol
 
-from .schema import NodeSpec, replace
+from .schema import NodeSpec, SiteProfile, replace
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .registry import KnownSite
+
+class KnownSite(Protocol):
+    """What detection reads of registry.KnownSite (not imported: registry.py builds on this module)."""
+    profile: SiteProfile
+
 
 # Variables each scheduler sets inside a job or on its login nodes.
 SCHEDULER_VARS = {

@@ -163,6 +163,17 @@ class JobDefaults(_Strict):
     account: Annotated[Optional[str], Meta(description="-A/--account (-P/--project) for every job that gives none")] = None
 
 
+class SweepOptions(_Strict):
+    """How ``wml sweep`` runs many trials here: as the scheduler's job array (one job per trial,
+    ``--max-running`` at once) or packed into one allocation (the trials placed on its nodes and
+    GPUs, K at a time), and the centre's page behind the choice (its per-user job limits, or
+    its example of several runs in one job)."""
+
+    default: Annotated[Literal["array", "packed"], Meta(description="array: the scheduler's job array (Slurm, LSF, PBS Pro); packed: one allocation running the trials (Cobalt has no arrays; the local site; sites that limit the jobs a user may queue)")] = "array"
+    array_limit: Annotated[Optional[PositiveInt], Meta(description="most trials in one array (Slurm MaxArraySize - 1, LSF MAX_JOB_ARRAY_SIZE, the centre's queued-jobs limit); a larger sweep is refused with a pointer to --pack")] = None
+    docs: Annotated[List[str], Meta(description="the centre's page on per-user job limits / several runs in one job")] = []
+
+
 class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
@@ -193,6 +204,7 @@ class SiteProfile(_Strict):
     detect: DetectSpec = DetectSpec()
     stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
     defaults: JobDefaults = JobDefaults()
+    sweep: SweepOptions = SweepOptions()
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from ...errors import DDLInputError
 
 if TYPE_CHECKING:
-    from ...runtime import Runtime
+    from ...state.runtime import Runtime
 
 
 def _rt():
-    from ... import runtime  # imports mpi4py: only when the job is asked about
+    from ...state import runtime  # imports mpi4py: only when the job is asked about
 
     return runtime
 
@@ -69,7 +69,7 @@ def shutdown() -> None:
 
 
 def is_initialized() -> bool:
-    runtime = sys.modules.get("ddl_runtime.runtime")
+    runtime = sys.modules.get("ddl_runtime.state.runtime")
     return runtime is not None and runtime.get() is not None
 
 

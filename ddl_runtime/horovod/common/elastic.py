@@ -19,7 +19,7 @@ import functools
 from typing import Any, Callable, Dict, List
 
 from ... import checkpoint
-from ... import log as _log
+from ...core import log as _log
 from ...errors import DDLInputError
 from .exceptions import HorovodInternalError, HostsUpdatedInterrupt
 

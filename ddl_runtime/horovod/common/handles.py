@@ -5,7 +5,7 @@ import itertools
 from typing import Any, Callable, Dict, Tuple
 
 from ...errors import DDLInputError
-from ...negotiation import Handle
+from ...collectives.negotiation import Handle
 
 _table: Dict[int, Tuple[Handle, Callable[[Handle], Any]]] = {}
 _ids = itertools.count(1)

@@ -9,9 +9,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...buffers import _dtype_name
+from ...engine.buffers import _dtype_name
 from ...errors import DDLInputError
-from ...negotiation import Handle, Request
+from ...collectives.negotiation import Handle, Request
 from .process_sets import controller_for
 
 

@@ -15,7 +15,7 @@ from ddl_runtime.errors import DDLInputError
 
 from ..common.basics import Adasum, reduce_op
 from ..common.local_gradients import LocalVariables
-from ..common.process_sets import global_process_set
+from ..common.process_sets import check_known, global_process_set
 from .compression import Compression
 from .mpi_ops import grouped_allreduce
 
@@ -47,6 +47,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         grads, variables = [list(t) for t in zip(*pairs)]
         if self._sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        check_known(self.process_set, "DistributedOptimizer")  # on every rank, in the set or not
         if self.process_set.included() is not False:  # outside the set: this rank's own gradients
             grads = self._local.exchange(grads, variables, self.process_set.size(), self._reduce)
         return list(zip(grads, variables))

@@ -1,4 +1,4 @@
-"""horovod.tensorflow's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.negotiation).
+"""horovod.tensorflow's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.collectives.negotiation).
 
 The same engine as horovod.torch: a request is matched across the ranks of its process set by
 name, so disagreements (shape, dtype, op, root, splits) fail on every rank with one line
@@ -18,12 +18,12 @@ import numpy as np
 import tensorflow as tf
 
 from ddl_runtime.errors import DDLError, DDLInputError
-from ddl_runtime.tensorflow import _source, _to_tensor, _with_gradient
-from ddl_runtime.kernels import scatter_rows
-from ddl_runtime.negotiation import Request
+from ddl_runtime.frameworks.tensorflow import _source, _to_tensor, _with_gradient
+from ddl_runtime.engine.kernels import scatter_rows
+from ddl_runtime.collectives.negotiation import Request
 
 from ..common.basics import Adasum, Average, Sum, local_rank, local_size, reduce_op  # noqa: F401
-from ..common.process_sets import controller_for, global_process_set
+from ..common.process_sets import check_known, controller_for, global_process_set
 from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
 from .compression import Compression
 from .errors import as_tensorflow_error, raise_if_failed
@@ -340,6 +340,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """Send splits[i] rows of `tensor` to rank i (equal parts when splits is None); returns the rows
     received (in rank order) and the int32 tensor of how many came from each rank.  Differentiable."""
     what = _name(name, "alltoall")
+    check_known(process_set, what)  # a ValueError, as Horovod, before the set's controller is asked for
     ctl = controller_for(process_set, what)
     request = request_name(name, "alltoall")
 

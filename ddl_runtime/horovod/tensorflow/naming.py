@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from ddl_runtime.errors import DDLInputError
 
-from ..common.process_sets import controller_for
+from ..common.process_sets import check_known, controller_for
 from .errors import HorovodInputError
 
 _per_graph: "weakref.WeakKeyDictionary[Any, Dict[str, int]]" = weakref.WeakKeyDictionary()
@@ -55,6 +55,7 @@ def _graph_label(graph: Any, serial: int) -> str:
 @contextlib.contextmanager
 def refusing(kind: str, name: Optional[str], process_set: Any) -> Iterator[None]:
     """Run the input checks of collective `kind`; if they fail on this rank, tell the other ranks."""
+    check_known(process_set, kind)  # as Horovod: a ValueError when the op is made, not at run time
     try:
         yield
     except (DDLInputError, NotImplementedError, TypeError) as exc:

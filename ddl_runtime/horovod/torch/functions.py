@@ -18,16 +18,12 @@ import torch
 
 import ddl_runtime as _ddl
 import ddl_runtime.torch as _native
+from ddl_runtime.transports.gpu.hostcopy import to_host
 from ddl_runtime.errors import DDLInputError
 
+from ..common.process_sets import is_global as _is_global  # also optimizer.py's, sync_batch_norm.py's
+
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
-
-
-def _is_global(process_set: Any) -> bool:
-    if process_set is None:
-        return True
-    from ddl_runtime.horovod import common
-    return process_set is common.global_process_set or getattr(process_set, "process_set_id", None) == 0
 
 
 def _allgather(tensor: torch.Tensor, name: str, process_set: Any = None) -> torch.Tensor:
@@ -93,11 +89,11 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     from . import mpi_ops
     if mpi_ops.rank() == root_rank:
         buf = io.BytesIO()
-        torch.save(optimizer.state_dict(), buf)
+        torch.save(to_host(optimizer.state_dict()), buf)  # CUDA state: host copies
         state = buf.getvalue()
     state = broadcast_object(state, root_rank, name="broadcast_optimizer_state", process_set=process_set)
     if mpi_ops.rank() != root_rank:
-        optimizer.load_state_dict(torch.load(io.BytesIO(state), weights_only=False))
+        optimizer.load_state_dict(torch.load(io.BytesIO(state), weights_only=False, map_location="cpu"))
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None, process_set: Any = None) -> Any:

@@ -1,4 +1,4 @@
-"""horovod.torch's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.negotiation).
+"""horovod.torch's collectives on ddl_runtime's name-negotiated engine (ddl_runtime.collectives.negotiation).
 
 Every op has Horovod's signature and semantics: `allreduce` / `allreduce_` /
 `allreduce_async(_)`, grouped variants, `allgather` (first dims may differ), `broadcast`,
@@ -8,7 +8,7 @@ rules).  Ranks match operations by name, so they may submit in different orders;
 operations are numbered per process set and kind.  CPU tensors are used in place through
 numpy views; CUDA tensors that are not reduced on the device (the host transport, ranks sharing a
 GPU, and every collective but the NCCL route's allreduce) pass through the runtime's host staging
-(ddl_runtime.gpu.host: pinned buffers reused across calls, copies on a side stream ordered by CUDA
+(ddl_runtime.transports.gpu.host: pinned buffers reused across calls, copies on a side stream ordered by CUDA
 events against the caller's stream); an asynchronous handle holds its pinned buffers until its
 result was copied back.  bfloat16 is reduced in float32.
 
@@ -16,7 +16,7 @@ Devices as in Horovod's GPU build: a request's device ("cpu", "cuda") is negotia
 (ranks that disagree all fail), a group that mixes devices is refused at once, and a CUDA tensor's
 prescale / postscale (and an average's 1/size) are applied on its device in its own dtype
 (integers in float64), where the engine scales host tensors (float16 in float32 arithmetic).
-op=hvd.Adasum runs ddl_runtime.adasum, Horovod's algorithm, on the global set of a power-of-two
+op=hvd.Adasum runs ddl_runtime.collectives.adasum, Horovod's algorithm, on the global set of a power-of-two
 number of ranks.
 """
 from __future__ import annotations
@@ -26,15 +26,15 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 import torch
 
-from ddl_runtime.adasum import is_power_of_two
+from ddl_runtime.collectives.adasum import is_power_of_two
 from ddl_runtime.errors import DDLInputError
-from ddl_runtime.negotiation import Handle, Request
+from ddl_runtime.collectives.negotiation import Handle, Request
 
 from ..common import handles as _handles
 from ..common.exceptions import NotSupportedError
 from ..common.basics import (Adasum, Average, Max, Min, Product, Sum, cross_rank, cross_size,  # noqa: F401
                              init, is_initialized, local_rank, local_size, rank, reduce_op, shutdown, size)
-from ..common.process_sets import controller_for, global_process_set
+from ..common.process_sets import controller_for, global_process_set, is_global
 from ..common.requests import alltoall_send_rows, scales as _scales, submit as _submit
 
 _MOVABLE = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -62,14 +62,15 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 
 def _staging(tensors: Sequence[Any]):
-    """The host staging (ddl_runtime.gpu.host.Staging: the rank's GPU's pinned pool and side stream)
+    """The host staging (ddl_runtime.transports.gpu.host.Staging: the rank's GPU's pinned pool and side stream)
     CUDA tensors pass through; None for CPU tensors, which the engine uses in place, and for CUDA
     tensors on another GPU than the rank's (copied through pageable memory, _host)."""
     cuda = [t for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"]
     if not cuda:
         return None
-    from ddl_runtime import gpu, runtime
-    from ddl_runtime.gpu.transport import state
+    from ddl_runtime.transports import gpu
+    from ddl_runtime.state import runtime
+    from ddl_runtime.transports.gpu.transport import state
     rt = runtime.current()
     if any(t.device.index != state(rt).index for t in cuda):
         return None
@@ -213,7 +214,7 @@ _NCCL_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16
 
 def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> bool:
     """Whether a request is reduced on the GPU: CUDA tensors only, of the global set, in a job whose
-    agreed transport is NCCL (ddl_runtime.gpu.transport), with an op and dtypes NCCL reduces.
+    agreed transport is NCCL or CUDA IPC (ddl_runtime.transports.gpu.transport), with an op and dtypes they reduce.
     Otherwise (ranks sharing a GPU: the host transport) they go through host memory as on CPU, as
     do CUDA tensors of the other collectives."""
     for t in tensors:
@@ -221,11 +222,11 @@ def _on_device_transport(tensors: Sequence[Any], op_name: str, process_set) -> b
             return False
     if not tensors or process_set not in (None, global_process_set) or op_name not in ("sum", "average", "min", "max"):
         return False
-    from ddl_runtime import runtime
-    from ddl_runtime.gpu.transport import decided
+    from ddl_runtime.state import runtime
+    from ddl_runtime.transports.gpu.transport import decided
     rt = runtime.current()
     chosen = decided(rt)
-    return rt.size > 1 and chosen is not None and chosen.name == "nccl"
+    return rt.size > 1 and chosen is not None and chosen.name in ("nccl", "ipc")
 
 
 def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, process_set, what, group):
@@ -280,8 +281,7 @@ def _op_args(average, op, prescale_factor, postscale_factor, what, process_set=g
 
 def _adasum(process_set, what: str) -> str:
     """op=hvd.Adasum where Horovod runs it (the same refusals, raised alike on every rank)."""
-    from .functions import _is_global
-    if not _is_global(process_set):
+    if not is_global(process_set):
         raise NotSupportedError(f"{what}: Adasum does not support non-global process sets yet.")
     n = size()
     if not is_power_of_two(n):
@@ -710,7 +710,7 @@ def _reducescatter_start(tensors, name, op, prescale_factor, postscale_factor, p
     if op_name not in ("average", "sum"):
         raise DDLInputError(f"{what}: reducescatter supports op=hvd.Average or hvd.Sum")
     ctl = controller_for(process_set, what)
-    from ddl_runtime.kernels import scatter_rows
+    from ddl_runtime.engine.kernels import scatter_rows
     device = _device_of(tensors, what)
     for t in tensors:
         _check_tensor(t, what, reduce=True)
@@ -741,7 +741,7 @@ def _reducescatter_staged(staging, tensors, name, op_name, pre, post, process_se
     """_reducescatter_start through the host staging: the wire tensors (_wire) in pooled pinned
     buffers, this rank's rows received into pooled ones, copied onto the device and postscaled there
     when the request finished; both leases go back to the pool then."""
-    from ddl_runtime.kernels import scatter_rows
+    from ddl_runtime.engine.kernels import scatter_rows
     wires = [_wire(t, device, pre) for t in tensors]
     sent = staging.copy_out(wires)
     try:

@@ -118,6 +118,7 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
             members = _ddl.size()
             self._hvd_included = True
         else:
+            common.process_sets.check_known(process_set, "DistributedOptimizer")  # on every rank, in or out
             self._hvd_included = bool(process_set.included())
             members = process_set.size() if self._hvd_included else 1
         self._hvd_members = members

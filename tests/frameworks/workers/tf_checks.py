@@ -108,7 +108,7 @@ rec["graph_autograph_sum"] = values(tf.function(lambda ts: dtf.allreduce_n(ts, o
 ddl_runtime.allreduce_n_fresh = _engine_fresh
 rec["autograph_frames_in_engine"] = autograph_frames
 # large results of one host's ranks live in shared memory, which the peers write (shm/results.py)
-from ddl_runtime import runtime as _ddl_rt  # noqa: E402
+from ddl_runtime.state import runtime as _ddl_rt  # noqa: E402
 
 # (a size that is a multiple of 16 floats: TensorFlow's tf.slice aliases only such pieces)
 big = [tf.fill([300_000], float(r + 1)), tf.reshape(tf.range(70_016, dtype=tf.float32), [1, 70_016])]

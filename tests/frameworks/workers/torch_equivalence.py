@@ -84,7 +84,7 @@ def main():
             pe.copy_(pa)
     flat_a = all(bk.flat is not None for bk in opt_a._ddl_buckets + opt_b._ddl_buckets)
     flat_e = any(bk.flat is not None for bk in opt_e._ddl_buckets + opt_d._ddl_buckets)
-    from ddl_runtime import runtime as _rt
+    from ddl_runtime.state import runtime as _rt
     heap = _rt.current().shm.heap if _rt.current().shm is not None else None
     in_heap, grad_ptrs = [], set()
 

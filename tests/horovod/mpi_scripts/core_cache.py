@@ -1,4 +1,4 @@
-"""The response cache (ddl_runtime/response_cache.py): requests that ran before are announced by
+"""The response cache (ddl_runtime/collectives/response_cache.py): requests that ran before are announced by
 id, small allreduces with their data in the round (one host).  Names are reused step after step,
 so from the second step on the cached path runs; every guarantee of the table path must hold.
 

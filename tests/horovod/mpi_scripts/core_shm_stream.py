@@ -1,4 +1,4 @@
-"""The global set's negotiated allreduces on shared memory of their own (ddl_runtime/shm/negotiated.py).
+"""The global set's negotiated allreduces on shared memory of their own (ddl_runtime/collectives/negotiated.py).
 
 1. Native collectives and negotiated ones reached in different orders on different ranks (each
    rank rotates the order): native allreduce_n (shared-memory barriers), native bcast_n (an MPI

@@ -4,7 +4,7 @@ import json
 import torch
 
 import horovod.torch as hvd
-from ddl_runtime import runtime
+from ddl_runtime.state import runtime
 
 hvd.init()
 rt = runtime.current()

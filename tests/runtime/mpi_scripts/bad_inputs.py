@@ -13,7 +13,7 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import runtime
+from ddl_runtime.state import runtime
 
 ddl.init()
 R, N = ddl.rank(), ddl.size()

@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import ops
+from ddl_runtime.collectives import ops
 
 ddl.init()
 R = ddl.rank()

@@ -1,4 +1,4 @@
-"""FlatAllreduce (ddl_runtime/shm/flat_allreduce.py) on real MPI ranks.
+"""FlatAllreduce (ddl_runtime/collectives/flat_allreduce.py) on real MPI ranks.
 
 values:  every dtype/op/size reduced 5 times with other collectives in between: the result has
          the bits allreduce_n gives for the same data on every rank and stays until the next
@@ -23,10 +23,10 @@ import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import runtime as _rt
+from ddl_runtime.state import runtime as _rt
 from ddl_runtime.errors import DDLError, DDLMismatchError
-from ddl_runtime.shm.flat_allreduce import FlatAllreduce
-from ddl_runtime.shm.group import SMALL_BYTES
+from ddl_runtime.collectives.flat_allreduce import FlatAllreduce
+from ddl_runtime.transports.shm.group import SMALL_BYTES
 
 ddl.init()
 R, N = ddl.rank(), ddl.size()

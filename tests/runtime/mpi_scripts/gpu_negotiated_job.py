@@ -14,8 +14,8 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime import runtime as _rt
-from ddl_runtime.gpu import nccl
+from ddl_runtime.state import runtime as _rt
+from ddl_runtime.transports.gpu import nccl
 from ddl_runtime.horovod.common.process_sets import global_process_set
 from ddl_runtime.horovod.common.requests import submit
 from ddl_runtime.horovod.torch import mpi_ops

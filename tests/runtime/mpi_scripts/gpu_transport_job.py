@@ -1,6 +1,6 @@
 """The device transports' code on CPU, with real MPI ranks (no GPU needed).
 
-  * nccl: ddl_runtime.gpu.nccl's collectives through a gloo group bootstrapped the way the runtime
+  * nccl: ddl_runtime.transports.gpu.nccl's collectives through a gloo group bootstrapped the way the runtime
     bootstraps NCCL (nccl.process_group(rt, "gloo")), on CPU tensors;
   * host: the host-staging logic (host.Staging with HostCopies and a CPU allocator) through the
     runtime's CPU engine, and its pool reused across calls;
@@ -17,9 +17,10 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import ops, runtime as _rt
-from ddl_runtime.buffers import TensorRef
-from ddl_runtime.gpu import host, nccl, transport
+from ddl_runtime.collectives import ops
+from ddl_runtime.state import runtime as _rt
+from ddl_runtime.engine.buffers import TensorRef
+from ddl_runtime.transports.gpu import host, nccl, transport
 
 ddl.init()
 rt = _rt.current()

@@ -1,6 +1,6 @@
 """horovod.torch's host-staged route on CPU (2+ real MPI ranks, no GPU needed).
 
-CUDA tensors on the host transport pass through the runtime's host staging (ddl_runtime.gpu.host:
+CUDA tensors on the host transport pass through the runtime's host staging (ddl_runtime.transports.gpu.host:
 a pinned pool and side-stream copies); here mpi_ops._staging hands out a Staging with plain host
 memory and immediate copies (host.HostCopies, as gpu_transport_job.py drives it), so CPU tensors
 take that very route through the public API: allreduce (sync, async, in place, grouped, scaled),
@@ -16,7 +16,7 @@ import torch
 from mpi4py import MPI
 
 import ddl_runtime.horovod.torch as hvd
-from ddl_runtime.gpu import host
+from ddl_runtime.transports.gpu import host
 from ddl_runtime.horovod.torch import mpi_ops
 
 hvd.init()

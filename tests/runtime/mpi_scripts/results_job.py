@@ -1,4 +1,4 @@
-"""allreduce_n_fresh: out-of-place results that live in shared memory (ddl_runtime/shm/results.py).
+"""allreduce_n_fresh: out-of-place results that live in shared memory (ddl_runtime/transports/shm/results.py).
 
 Rank 0 prints one SUMMARY line with every rank's failures and what it saw of the regions;
 `results_job.py after_finalize` prints an AFTER line per rank with the sum of results kept
@@ -13,9 +13,9 @@ import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import runtime as _rt
-from ddl_runtime.shm import results as shm_results
-from ddl_runtime.shm.output_pool import packed_layout
+from ddl_runtime.state import runtime as _rt
+from ddl_runtime.transports.shm import results as shm_results
+from ddl_runtime.transports.shm.output_pool import packed_layout
 
 ddl.init()
 R, N = ddl.rank(), ddl.size()

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime as ddl
-from ddl_runtime import runtime as _rt
+from ddl_runtime.state import runtime as _rt
 
 ddl.init()
 R, N = ddl.rank(), ddl.size()

@@ -8,8 +8,8 @@ import numpy as np
 from mpi4py import MPI
 
 import ddl_runtime
-from ddl_runtime import runtime as _rt
-from ddl_runtime.shm import group as shm_module
+from ddl_runtime.state import runtime as _rt
+from ddl_runtime.transports.shm import group as shm_module
 
 ddl_runtime.init()
 rt = _rt.current()

@@ -1,0 +1,15 @@
+"""The job's description and diagnostics, without MPI: the bottom room of ddl_runtime.
+
+* jobenv.py: `JobEnvironment`, every DDL_* setting and the launcher's variables read once
+  (ddlrun's per-rank shim uses it before any MPI exists).
+* topology.py: the grouping of ranks (DDL_OPTIONS modes, levels).
+* watchdog.py: the stall inspector (DDL_STALL_WARNING_S / DDL_STALL_SHUTDOWN_S).
+* log.py: one-line diagnostics prefixed with the rank.
+
+Beside this room, at the package's top because users reach them by those names:
+errors.py (the exception types, printed as ddl_runtime.errors.DDLInputError) and timeline.py
+(`python -m ddl_runtime.timeline merge`).
+
+May import: the standard library, numpy, ddl_runtime.errors and ddl_runtime.timeline.
+Never mpi4py, a framework or another room (the layers: docs/ARCHITECTURE.md, pyproject.toml).
+"""

@@ -1,0 +1,558 @@
+"""The LMS mechanism for one model: autograd's saved-tensor hooks and per-block recompute.
+
+A ``Session`` wraps the model's ``forward`` (an instance attribute: ``state_dict`` and the
+class are untouched) so that every forward that builds a graph runs inside
+``torch.autograd.graph.saved_tensors_hooks``, and wraps each block's ``forward`` (the blocks:
+the children of ``nn.Sequential`` / ``nn.ModuleList`` containers, else the model's children) to
+time it and, where the plan says so, run it under ``torch.utils.checkpoint`` (non-reentrant,
+RNG state preserved so dropout masks repeat; BatchNorm running statistics are restored after
+the recompute so they are updated once).
+
+Step 1 is the profile step: every saved tensor's bytes and block, every block's forward time and
+the bandwidth (measured once per process) are recorded, while tensors are kept as long as the
+device holds less than the budget and swapped beyond it (WML CE's rule).  At the start of step
+2 the planner (``planner.make_plan``) decides per tensor; a step whose saved bytes differ from
+the profile's by more than a tenth (a new batch size) profiles again.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import DDLInputError
+from . import planner
+from .transfer import CudaTransfer, HostStandIn, Transfer
+
+RESHAPE_TOLERANCE = 0.1
+MIN_PREFETCH_BYTES = 64 << 20
+_warned = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        from ..core.log import log
+        log(message)
+
+
+class LmsError(DDLInputError):
+    """A bad LMS setting (one line)."""
+
+
+@dataclass
+class Stats:
+    """What LMS did in the last step (bytes) and in all (steps, waits)."""
+    steps: int = 0
+    budget_bytes: int = 0
+    kept_bytes: int = 0
+    swapped_bytes: int = 0
+    recomputed_bytes: int = 0
+    peak_bytes: int = 0
+    wait_s: float = 0.0
+    late_copies: int = 0
+    plan: str = "profiling"
+
+    def __str__(self) -> str:
+        mb = 1 << 20
+        return (f"LMS: {self.steps} steps; last step kept {self.kept_bytes / mb:.1f} MB, swapped "
+                f"{self.swapped_bytes / mb:.1f} MB, recomputed {self.recomputed_bytes / mb:.1f} MB; peak "
+                f"{self.peak_bytes / mb:.1f} MB of a {self.budget_bytes / mb:.1f} MB budget; "
+                f"{self.wait_s * 1e3:.1f} ms waiting on {self.late_copies} late copies; plan: {self.plan}")
+
+    def merged(self, other: "Stats") -> "Stats":
+        return Stats(self.steps + other.steps, self.budget_bytes + other.budget_bytes,
+                     self.kept_bytes + other.kept_bytes, self.swapped_bytes + other.swapped_bytes,
+                     self.recomputed_bytes + other.recomputed_bytes, max(self.peak_bytes, other.peak_bytes),
+                     self.wait_s + other.wait_s, self.late_copies + other.late_copies,
+                     f"{self.plan}; {other.plan}")
+
+
+class _Handle:
+    """A swapped tensor: its host copy, and its device copy while one is back."""
+    __slots__ = ("host", "out_event", "dev", "in_event", "nbytes", "uses", "block", "graph", "__weakref__")
+
+    def __init__(self, host, out_event, nbytes, block, graph):
+        self.host, self.out_event, self.nbytes, self.block, self.graph = host, out_event, nbytes, block, graph
+        self.dev = self.in_event = None
+        self.uses = 0
+
+
+class _Graph:
+    """The swapped tensors of one forward, in the order they were saved, and the prefetch cursor."""
+
+    def __init__(self) -> None:
+        self.swapped: List[_Handle] = []
+        self.cursor = -1            # next handle (from the end) to bring back
+        self.ahead = 0              # bytes brought back and not yet used
+        self.in_backward = False
+
+
+class _FreezeNorm:
+    """Restores the running statistics of a block's batch norms after its recompute."""
+
+    def __init__(self, block: nn.Module) -> None:
+        self.norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
+                      and m.track_running_stats and m.training]
+        self.saved: List[Dict[str, torch.Tensor]] = []
+
+    def __enter__(self):
+        self.saved = [{k: b.clone() for k, b in m.named_buffers(recurse=False) if b is not None}
+                      for m in self.norms]
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for m, saved in zip(self.norms, self.saved):
+                for k, value in saved.items():
+                    getattr(m, k).copy_(value)
+        return False
+
+
+def find_blocks(model: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """The recompute units: a container (``nn.Sequential``, ``nn.ModuleList``) whose children hold
+    modules of their own is opened, as is the model; every other module found is a block.  So a
+    ResNet's blocks are its stem layers, each Bottleneck and its head."""
+    containers = (nn.Sequential, nn.ModuleList)
+
+    def opened(module: nn.Module) -> bool:
+        return any(next(c.children(), None) is not None for c in module.children())
+
+    out: List[Tuple[str, nn.Module]] = []
+
+    def walk(prefix: str, module: nn.Module) -> None:
+        for name, child in module.named_children():
+            path = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, containers) and opened(child):
+                walk(path, child)
+            else:
+                out.append((f"{path} ({type(child).__name__})", child))
+    walk("", model)
+    return out or [(type(model).__name__, model)]
+
+
+def _timeline():
+    runtime = sys.modules.get("ddl_runtime.state.runtime")
+    rt = runtime.get() if runtime is not None else None
+    return rt.timeline if rt is not None and rt.timeline.enabled else None
+
+
+def resolve_budget(budget, capacity: int) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise LmsError(f"LMS budget {budget!r}: expected bytes (an int > 0) or a fraction of the device (0 < f <= 1)")
+    if isinstance(budget, float):
+        if not 0 < budget <= 1:
+            raise LmsError(f"LMS budget {budget!r}: a fraction must be in (0, 1]; give bytes as an int")
+        return int(capacity * budget)
+    if budget < 0:
+        raise LmsError(f"LMS budget {budget}: expected bytes > 0 (0: all the memory this process may use)")
+    return budget or capacity
+
+
+class Session:
+    def __init__(self, model: nn.Module, budget=0, size: int = 1 << 20, transfer: Optional[Transfer] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None, prefetch_bytes: Optional[int] = None) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise LmsError(f"LMS size {size!r}: expected the bytes under which a tensor is never swapped (an int >= 0)")
+        self.model = model
+        self.size = size
+        self.optimizer = optimizer
+        self.transfer = transfer if transfer is not None else _default_transfer(model)
+        self.active = self.transfer is not None
+        self.budget = resolve_budget(budget, self.transfer.capacity()) if self.active else 0
+        self.prefetch_bytes = prefetch_bytes
+        self.blocks = find_blocks(model)
+        self.stats_ = Stats(budget_bytes=self.budget)
+        self._plan: Optional[planner.Plan] = None
+        self._profile: Optional[planner.Profile] = None
+        self._rec_tensors: List[planner.SavedTensor] = []
+        self._rec_times: List[float] = [0.0] * len(self.blocks)
+        self._rec_inputs: List[int] = [0] * len(self.blocks)
+        self._rec_calls: List[int] = [0] * len(self.blocks)
+        self._span_end: List[int] = [0] * len(self.blocks)
+        self._expected_bytes = 0
+        self._profiling = True
+        self._block: Optional[int] = None
+        self._inputs_of: Optional[int] = None
+        self._index = 0
+        self._graph: Optional[_Graph] = None
+        self._dedupe: Dict[tuple, tuple] = {}
+        self._param_ptrs: set = set()
+        self._limit = self.budget
+        self._step_bytes = 0
+        self._installed: List[Tuple[nn.Module, Any]] = []
+        if self.active:
+            self._install()
+
+    # -- installation ------------------------------------------------------------------
+    def _install(self) -> None:
+        for b, (name, block) in enumerate(self.blocks):
+            if block is self.model:
+                continue
+            self._patch(block, functools.partial(self._block_forward, b, block.forward))
+        self._patch(self.model, functools.partial(self._root_forward, self.model.forward))
+
+    def _patch(self, module: nn.Module, forward) -> None:
+        had = "forward" in module.__dict__
+        self._installed.append((module, module.__dict__.get("forward") if had else None))
+        module.forward = forward
+
+    def remove(self) -> None:
+        """Undo ``enable``: the model's forwards are its own again."""
+        for module, previous in reversed(self._installed):
+            if previous is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = previous
+        self._installed = []
+        self.active = False
+
+    # -- forwards ----------------------------------------------------------------------
+    def _root_forward(self, forward, *args, **kwargs):
+        if not self.active or not torch.is_grad_enabled() or _compiling():
+            if _compiling():
+                _compiled_note()
+            return forward(*args, **kwargs)
+        self._begin_step()
+        graph = self._graph
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                out = forward(*args, **kwargs)
+        except torch.OutOfMemoryError as e:
+            raise self._oom(e, self._block_name(self._block)) from None
+        finally:
+            self._block = None
+        self._end_forward(graph)
+        return out
+
+    def _block_forward(self, b: int, forward, *args, **kwargs):
+        if not self.active or self._graph is None or not torch.is_grad_enabled() or _compiling():
+            return forward(*args, **kwargs)
+        outer, self._block = self._block, b
+        try:
+            if self._profiling:
+                self._rec_calls[b] += 1
+                self._rec_inputs[b] += sum(a.nbytes for a in args if isinstance(a, torch.Tensor))
+                elapsed = self.transfer.timer()
+                out = forward(*args, **kwargs)
+                self._rec_times[b] += elapsed()
+                return out
+            if b in self._plan.recompute:
+                block = self.blocks[b][1]
+                ctx = functools.partial(self._recompute_contexts, b, block)
+                self._inputs_of = b     # our hooks see only the inputs the checkpoint keeps
+                try:
+                    out = torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+                                                            context_fn=ctx, **kwargs)
+                finally:
+                    self._inputs_of = None
+                self._index = self._span_end[b]   # its tensors were the checkpoint's, not ours
+                return out
+            return forward(*args, **kwargs)
+        finally:
+            self._block = outer
+
+    def _recompute_contexts(self, b: int, block: nn.Module):
+        return contextlib.nullcontext(), _Recompute(self, b, block)
+
+    # -- steps -------------------------------------------------------------------------
+    def _begin_step(self) -> None:
+        if self._graph is not None and self._profiling and self.stats_.steps:
+            self._finish_profile()
+        elif self._profile is not None and not self._profiling:
+            known = self._expected_bytes
+            if known and abs(self._step_bytes - known) > RESHAPE_TOLERANCE * known:
+                self._start_profile()          # the saved bytes changed (a new batch size): profile again
+        self.stats_.steps += 1
+        self._collect_waits()
+        self._graph = _Graph()
+        self._dedupe = {}
+        self._index = 0
+        self._step_bytes = 0
+        self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        fixed = self._fixed_bytes()
+        if fixed >= self.budget:
+            raise LmsError(f"LMS budget {self.budget} bytes is below the {fixed} bytes the model's weights, "
+                           f"gradients and optimizer state already need: raise the budget (or give 0: all the "
+                           f"memory this process may use)")
+        self._limit = self.budget - self._reserve()
+
+    def _start_profile(self) -> None:
+        self._profiling = True
+        self._plan = None
+        self._rec_tensors = []
+        self._rec_times = [0.0] * len(self.blocks)
+        self._rec_inputs = [0] * len(self.blocks)
+        self._rec_calls = [0] * len(self.blocks)
+
+    def _finish_profile(self) -> None:
+        self._profile = planner.Profile(
+            tuple(self._rec_tensors),
+            tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1)
+                  for (name, block), t, i, calls in zip(self.blocks, self._rec_times, self._rec_inputs,
+                                                        self._rec_calls)),
+            self.transfer.bandwidth())
+        self._profiling = False
+        fixed = self._fixed_bytes()
+        self._plan = planner.make_plan(self._profile, max(0, self.budget - fixed - self._reserve()), self.size)
+        self.stats_.plan = self._plan.describe()
+        for i, t in enumerate(self._profile.tensors):
+            if t.block is not None:
+                self._span_end[t.block] = i + 1
+        self._expected_bytes = sum(t.nbytes for t, d in zip(self._profile.tensors, self._plan.tensors)
+                                   if d != planner.RECOMPUTE)
+        tl = _timeline()
+        if tl is not None:
+            now = time.perf_counter()
+            tl.span("LMS_PLAN", 1, now, now, {"plan": self.stats_.plan})
+
+    def _fixed_bytes(self) -> int:
+        """Weights, their gradients (counted even while unset) and optimizer state."""
+        if isinstance(self.transfer, HostStandIn):
+            params = [p for p in self.model.parameters()]
+            n = sum(p.nbytes for p in params) + sum(p.nbytes for p in params if p.requires_grad)
+            if self.optimizer is not None:
+                n += sum(v.nbytes for s in self.optimizer.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor))
+            self.transfer.base = n
+            return n
+        missing = sum(p.nbytes for p in self.model.parameters() if p.requires_grad and p.grad is None)
+        return self.transfer.allocated() + missing
+
+    def _reserve(self) -> int:
+        """Room for backward's own tensors (twice the largest saved tensor) and the copies brought
+        back ahead (a recompute's tensors are in the planner's peak)."""
+        if self._profile is None or self._profiling:
+            return self._prefetch_window() + self.budget // 20
+        biggest = max((t.nbytes for t in self._profile.tensors), default=0)
+        return 2 * biggest + self._prefetch_window()
+
+    def _prefetch_window(self) -> int:
+        if self.prefetch_bytes is not None:
+            return self.prefetch_bytes
+        if self._profile is None:
+            return MIN_PREFETCH_BYTES
+        biggest = max((t.nbytes for t in self._profile.tensors), default=0)
+        return max(MIN_PREFETCH_BYTES, 2 * biggest)
+
+    def _end_forward(self, graph: _Graph) -> None:
+        plan = self._plan
+        if plan is not None and not self._profiling:
+            self.stats_.kept_bytes, self.stats_.swapped_bytes = plan.kept_bytes, plan.swapped_bytes
+            self.stats_.recomputed_bytes = plan.recomputed_bytes
+        else:
+            self.stats_.swapped_bytes = sum(h.nbytes for h in graph.swapped)
+            self.stats_.kept_bytes = self._step_bytes - self.stats_.swapped_bytes
+            self.stats_.recomputed_bytes = 0
+        self._top_up(graph)
+
+    # -- the hooks ---------------------------------------------------------------------
+    def _pack(self, t: torch.Tensor):
+        inputs_of = self._inputs_of        # a recomputed block's inputs, saved by its checkpoint
+        if inputs_of is None:
+            index = self._index
+            self._index += 1
+        graph = self._graph
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):   # sparse, nested, ...: keep
+            ptr = None
+        if ptr is None or ptr in self._param_ptrs or t.device.type == "meta":
+            if inputs_of is None:
+                self._record(index, 0)
+            return t
+        key = (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        seen = self._dedupe.get(key)
+        if seen is not None and seen[0]() is not None:       # saved before: no new bytes
+            if inputs_of is None:
+                self._record(index, 0)
+            handle = seen[1]
+            if handle is None:
+                return t
+            handle.uses += 1
+            return handle
+        nbytes = t.nbytes
+        if inputs_of is None:
+            self._record(index, nbytes)
+            self._step_bytes += nbytes
+            swap = self._swap(index, nbytes)
+        else:
+            swap = inputs_of in self._plan.swap_inputs and nbytes >= self.size
+        if not swap or not t.is_contiguous():
+            self._dedupe[key] = (weakref.ref(t), None)
+            if isinstance(self.transfer, HostStandIn):
+                self.transfer.account(nbytes)
+                return _Kept(t, self.transfer)
+            return t
+        host, event = self.transfer.to_host(t)
+        handle = _Handle(host, event, nbytes, self._block, graph)
+        handle.uses = 1
+        graph.swapped.append(handle)
+        self._dedupe[key] = (weakref.ref(t), handle)   # while t lives, nothing else has its address
+        return handle
+
+    def _record(self, index: int, nbytes: int) -> None:
+        if self._profiling:
+            self._rec_tensors.append(planner.SavedTensor(self._block, nbytes))
+
+    def _swap(self, index: int, nbytes: int) -> bool:
+        if nbytes < self.size or nbytes == 0:
+            return False
+        if self._profiling:
+            return self.transfer.allocated() + (nbytes if isinstance(self.transfer, HostStandIn) else 0) > self._limit
+        plan = self._plan
+        return index < len(plan.tensors) and plan.tensors[index] == planner.SWAP
+
+    def _unpack(self, packed):
+        if isinstance(packed, _Kept):
+            return packed.t
+        if not isinstance(packed, _Handle):
+            return packed
+        graph = packed.graph
+        if not graph.in_backward:
+            try:                        # at the end of this backward, copies not used are let go
+                torch.autograd.Variable._execution_engine.queue_callback(functools.partial(self._end_backward, graph))
+                graph.in_backward = True
+            except RuntimeError:        # unpacked outside a backward (grad_fn._saved_*): nothing to end
+                pass
+        if packed.dev is None:
+            self._fetch(packed)
+        self._top_up(graph)
+        waited = self.transfer.use(packed.dev, packed.in_event)
+        if waited:
+            self.stats_.wait_s += waited
+            self.stats_.late_copies += 1
+            tl = _timeline()
+            if tl is not None:
+                now = time.perf_counter()
+                tl.span("LMS_WAIT", 2, now - waited, now, {"bytes": packed.nbytes,
+                                                           "block": self._block_name(packed.block)})
+        t = packed.dev
+        packed.uses -= 1
+        if packed.uses <= 0:
+            self._release(packed)
+        return t
+
+    def _fetch(self, h: _Handle) -> None:
+        try:
+            h.dev, h.in_event = self.transfer.to_device(h.host, h.out_event)
+        except torch.OutOfMemoryError as e:
+            raise self._oom(e, self._block_name(h.block)) from None
+        h.graph.ahead += h.nbytes
+        if isinstance(self.transfer, HostStandIn):
+            self.transfer.account(h.nbytes)
+
+    def _release(self, h: _Handle) -> None:
+        if h.dev is not None:
+            h.graph.ahead -= h.nbytes
+            if isinstance(self.transfer, HostStandIn):
+                self.transfer.account(-h.nbytes)
+        h.dev = h.in_event = None
+
+    def _end_backward(self, graph: _Graph) -> None:
+        for h in graph.swapped:
+            self._release(h)
+        graph.cursor = -1                  # a second backward (retain_graph) brings them back again
+        graph.in_backward = False
+
+    def _top_up(self, graph: _Graph) -> None:
+        """Bring swapped tensors back, last saved first, until the window is full."""
+        if graph.cursor == -1:
+            graph.cursor = len(graph.swapped) - 1
+        window = self._prefetch_window()
+        while graph.cursor >= 0:
+            h = graph.swapped[graph.cursor]
+            if h.dev is None:
+                if graph.ahead and graph.ahead + h.nbytes > window:
+                    return
+                self._fetch(h)
+            graph.cursor -= 1
+
+    # -- reporting ---------------------------------------------------------------------
+    def _block_name(self, b: Optional[int]) -> str:
+        return self.blocks[b][0] if b is not None else type(self.model).__name__
+
+    def _oom(self, e: Exception, where: str) -> Exception:
+        first = str(e).splitlines()[0] if str(e) else "out of memory"
+        return torch.OutOfMemoryError(f"out of GPU memory in {where} with an LMS budget of {self.budget} bytes "
+                                      f"({self.stats_.plan}): {first}")
+
+    def _collect_waits(self) -> None:
+        seconds, n = self.transfer.late_waits() if self.active else (0.0, 0)
+        self.stats_.wait_s += seconds
+        self.stats_.late_copies += n
+
+    def stats(self) -> Stats:
+        self._collect_waits()
+        s = self.stats_
+        s.peak_bytes = self.transfer.peak() if self.active else 0
+        return Stats(**vars(s))
+
+    def replan(self) -> None:
+        """Profile the next step again (e.g. after changing the batch size by hand)."""
+        self._start_profile()
+
+
+class _Kept:
+    """A kept tensor on the host stand-in: counted as device bytes until autograd drops it."""
+    __slots__ = ("t", "transfer", "nbytes")
+
+    def __init__(self, t, transfer):
+        self.t, self.transfer, self.nbytes = t, transfer, t.nbytes
+
+    def __del__(self):
+        self.transfer.account(-self.nbytes)
+
+
+class _Recompute:
+    """Around a block's recompute in backward: BatchNorm statistics restored, timeline span."""
+
+    def __init__(self, session: Session, b: int, block: nn.Module) -> None:
+        self.session, self.b, self.freeze = session, b, _FreezeNorm(block)
+        self.t0 = 0.0
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.freeze.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.freeze.__exit__(*exc)
+        tl = _timeline()
+        if tl is not None:
+            tl.span("LMS_RECOMPUTE", 1, self.t0, time.perf_counter(), {"block": self.session.blocks[self.b][0]})
+        return False
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def _compiled_note() -> None:
+    warn_once("compiled", "LMS: off for the torch.compile'd part of the model (saved-tensor hooks do not "
+                          "apply inside compiled regions); the eager parts use it")
+
+
+def _default_transfer(model: nn.Module) -> Optional[Transfer]:
+    import os
+    standin = os.environ.get("DDL_LMS_STANDIN_BYTES", "").strip()
+    if standin:
+        if not standin.isdigit():
+            raise LmsError(f"DDL_LMS_STANDIN_BYTES={standin!r}: expected bytes (an integer)")
+        return HostStandIn(int(standin))
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if device.type != "cuda":
+        warn_once("cpu", "LMS: no GPU (the model is on the CPU): nothing to move, training runs without LMS")
+        return None
+    return CudaTransfer(device)
+
+
+def _is_keras(model) -> bool:
+    return any(c.__module__.split(".")[0] == "keras" for c in type(model).__mro__)

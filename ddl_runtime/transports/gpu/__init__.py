@@ -1,0 +1,100 @@
+"""GPU (CUDA) tensors: the device transports.
+
+ops.py validates a call, agrees on its signature and on where its tensors are (devices.py:
+a CUDA tensor on a rank without a GPU, on a GPU other than the rank's, or a group that mixes
+devices is one line on every rank), then hands the tensors here:
+
+  * one rank: the identity (no copy, no process group);
+  * `DDL_CUDA_AWARE_MPI=1` and an MPI dtype: device buffers straight to MPI (mpi.py);
+  * else the job's transport, chosen at the first CUDA collective and agreed by every rank
+    (transport.py): NCCL through the runtime's torch.distributed group where every rank owns
+    its GPU (nccl.py), CUDA IPC in the GPU's memory where every rank is on one GPU (ipc.py),
+    host staging through the CPU engine where some ranks share a GPU and others not (host.py).
+    `DDL_GPU_TRANSPORT=nccl|ipc|host` forces one.
+
+Results are on the input's device, in order on the caller's stream.  The host callables
+(`reduce_host`, `bcast_host`, `gather_host`) are ops.py's CPU collectives without their
+agreement, which has already happened.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ...engine.buffers import TensorRef
+from . import ipc, mpi, nccl
+from .host import Staging
+from .transport import agree, decided, state
+
+
+def shutdown(rt=None, collective: bool = True) -> None:
+    """Destroy the process group the runtime created, if any, and the IPC groups (finalize; their
+    shared words are freed collectively only when every rank finalized)."""
+    if rt is not None:
+        ipc.shutdown(rt, collective)
+    nccl.shutdown()
+
+
+def host_staging(rt) -> Staging:
+    """The host staging of this rank's GPU (pinned pool, side stream), made once; horovod.torch
+    stages CUDA tensors through it too."""
+    gpu = state(rt)
+    if gpu.staging is None:
+        gpu.staging = Staging.for_device(gpu.index)
+    return gpu.staging
+
+
+def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, results: list,
+                    reduce_host: Callable[[list], None]) -> nccl.Pending:
+    """Reduce the device tensors `targets` (the refs' tensors, or their outputs) in place; returns
+    a handle whose wait() returns `results`."""
+    if rt.size > 1:
+        if mpi.takes(refs):
+            mpi.allreduce(rt, [_retarget(r, t) for r, t in zip(refs, targets)], op)
+        elif agree(rt).name == "nccl":
+            return nccl.allreduce_start(nccl.process_group(rt), targets, op, rt.size, results)
+        elif agree(rt).name == "ipc":
+            return ipc.group(rt).allreduce_start(targets, op, results)
+        else:
+            host_staging(rt).allreduce(targets, reduce_host)
+    return nccl.Pending([], lambda: None, results)
+
+
+def bcast(rt, refs: Sequence[TensorRef], root: int, bcast_host: Callable[[list], None]) -> None:
+    if rt.size == 1:
+        return
+    if mpi.enabled():
+        mpi.bcast(rt, refs, root)
+    elif agree(rt).name == "nccl":
+        nccl.broadcast(nccl.process_group(rt), [r.obj for r in refs], root)
+    elif agree(rt).name == "ipc":
+        ipc.group(rt).bcast([r.obj for r in refs], root).wait()
+    else:
+        host_staging(rt).bcast([r.obj for r in refs], rt.rank == root, bcast_host)
+
+
+def allgather(rt, ref: TensorRef, gather_host: Callable):
+    """Every rank's tensor concatenated along the first dim, as a new tensor on the input's device."""
+    tensor = ref.obj
+    if rt.size == 1:
+        return (tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()).clone()
+    if agree(rt).name == "nccl":
+        return nccl.allgather(nccl.process_group(rt), tensor, rt.size)
+    if agree(rt).name == "ipc":
+        return ipc.group(rt).allgather(tensor).wait()[0]
+    return host_staging(rt).allgather(tensor, gather_host)
+
+
+def device_allreduce_start(rt, tensors: Sequence, op: str, stream: str = "negotiated", comm=None):
+    """Reduce device tensors in place on the job's device route (NCCL, or CUDA IPC where every rank
+    is on one GPU); `stream`/`comm`: horovod's negotiated calls use an IPC group of their own (they
+    interleave with ddl_runtime's own calls differently on each rank).  Returns a handle (wait())."""
+    chosen = decided(rt)  # no communication here: horovod decided the route before submitting
+    if chosen is not None and chosen.name == "ipc":
+        return ipc.group(rt, stream, comm).allreduce_start(tensors, op, [])
+    return nccl.allreduce_start(nccl.process_group(rt), tensors, op, rt.size, [])
+
+
+def _retarget(ref: TensorRef, tensor) -> TensorRef:
+    if tensor is ref.obj:
+        return ref
+    return TensorRef(tensor, ref.name, ref.dtype, ref.shape, None, ref.kind, ref.device, index=ref.index)

@@ -1,0 +1,190 @@
+"""LMS on CPU tensors, host copies standing in for the device: the hooks, the prefetch order,
+recompute, and results identical to training without LMS."""
+import re
+import types
+
+import pytest
+import torch
+from lms_helpers import MB, assert_same, batches, make_model, train
+
+import ddl_runtime.lms as lms
+from ddl_runtime.lms import session as lms_session
+from ddl_runtime.lms.transfer import HostStandIn
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    lms_session._warned.clear()
+    yield
+    lms_session._warned.clear()
+
+
+def _run(budget, bandwidth, steps=4, **kwargs):
+    model = make_model()
+    transfer = HostStandIn(capacity=1 << 30, bandwidth_Bps=bandwidth)
+    s = lms.enable(model, budget=budget, size=1024, transfer=transfer, prefetch_bytes=MB, **kwargs)
+    result = train(model, steps)
+    return s, transfer, result, model
+
+
+def test_swapping_gives_the_same_training():
+    reference = train(make_model())
+    s, transfer, result, model = _run(4 * MB, bandwidth=1e12)
+    assert_same(result, reference)
+    st = lms.stats(model)
+    assert st.swapped_bytes > 0 and st.recomputed_bytes == 0 and not s._plan.recompute
+    assert st.peak_bytes <= 4 * MB, st         # the stand-in's device bytes stayed in the budget
+    assert "swapped" in str(st) and str(st).count("\n") == 0
+
+
+def test_recomputing_gives_the_same_training_dropout_and_batchnorm_included():
+    reference = train(make_model())
+    s, transfer, result, model = _run(3 * MB, bandwidth=1e3)   # a slow link: recompute wins
+    assert s._plan.recompute, s._plan.describe()
+    assert lms.stats(model).recomputed_bytes > 0
+    assert_same(result, reference)
+
+
+def test_copies_come_back_last_saved_first_each_after_its_copy_out():
+    s, transfer, result, model = _run(4 * MB, bandwidth=1e12, steps=3)
+    log = transfer.log
+    assert log
+    outs = [k for d, k in log if d == "out"]
+    ins = list(dict.fromkeys(k for d, k in log if d == "in"))    # first time each came back
+    for key in ins:
+        assert log.index(("out", key)) < log.index(("in", key))
+    # the last step: brought back in the reverse of the order they went out
+    last = len(s._graph.swapped)
+    assert ins[-last:] == list(reversed(outs[-last:]))
+
+
+def test_nothing_moves_when_everything_fits():
+    reference = train(make_model())
+    s, transfer, result, model = _run(512 * MB, bandwidth=1e12)
+    assert transfer.log == [] and not s._plan.moves
+    assert_same(result, reference)
+
+
+def test_budget_below_the_weights_and_optimizer_state_is_one_line():
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters())
+    lms.enable(model, budget=700_000, transfer=HostStandIn(), optimizer=opt)
+    with pytest.raises(lms.LmsError) as e:
+        train(model, 2, optimizer=opt)          # Adam's state appears after the first step
+    text = str(e.value)
+    assert "\n" not in text and "700000 bytes" in text
+    fixed = int(text.split("the ")[1].split(" bytes")[0])
+    assert fixed > 700_000
+
+
+def test_bad_budgets_are_one_line():
+    for bad in (-1, 1.5, "16G", True):
+        with pytest.raises(lms.LmsError, match="LMS budget"):
+            lms.enable(make_model(), budget=bad, transfer=HostStandIn())
+
+
+def test_cpu_run_without_a_gpu_warns_once_and_trains(capfd):
+    reference = train(make_model())
+    model = make_model()
+    assert lms.enable(model).active is False
+    lms.enable(make_model())
+    assert_same(train(model), reference)
+    err = capfd.readouterr().err
+    assert err.count("LMS: no GPU") == 1, err
+
+
+class _NoRoomBack(HostStandIn):
+    def to_device(self, host, after):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+
+
+def test_out_of_memory_names_the_layer_and_the_budget():
+    model = make_model()
+    lms.enable(model, budget=4 * MB, size=1024, transfer=_NoRoomBack(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    with pytest.raises(torch.OutOfMemoryError) as e:
+        train(model, 1)
+    assert re.search(rf"^out of GPU memory in [\w.]+ \(\w+\) with an LMS budget of {4 * MB} bytes", str(e.value))
+
+
+def test_a_new_batch_size_is_profiled_and_planned_again():
+    model = make_model()
+    s = lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(model, 2, batch=32)
+    first = s._profile.saved_bytes
+    train(model, 3, batch=8)
+    assert s._profile.saved_bytes < first / 2 and not s._profiling
+
+
+def test_context_manager_restores_the_model():
+    model = make_model()
+    with lms.enabled(model, budget=4 * MB, transfer=HostStandIn()) as s:
+        assert "forward" in model.__dict__ and s.active
+    assert "forward" not in model.__dict__
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert lms.get_session(model) is None
+
+
+def test_timeline_shows_the_plan_and_the_recomputes(monkeypatch):
+    events = []
+    timeline = types.SimpleNamespace(enabled=True, span=lambda name, tid, t0, t1, args=None: events.append(name))
+    fake = types.SimpleNamespace(get=lambda: types.SimpleNamespace(timeline=timeline))
+    monkeypatch.setitem(__import__("sys").modules, "ddl_runtime.state.runtime", fake)
+    _run(3 * MB, bandwidth=1e3)
+    assert "LMS_PLAN" in events and "LMS_RECOMPUTE" in events
+
+
+def test_torch_compile_says_lms_is_off_for_the_compiled_part(capfd):
+    torch._dynamo.reset()
+    model = make_model()
+    lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    compiled = torch.compile(model, backend="eager")
+    losses, _ = train(compiled, 2)
+    assert all(l == l for l in losses)
+    err = capfd.readouterr().err
+    assert err.count("LMS: off for the torch.compile'd part") == 1, err
+    assert lms.enable(torch.compile(make_model(), backend="eager")) is None      # said once already
+    assert capfd.readouterr().err.count("torch.compile") == 0
+
+
+def test_a_resumed_run_profiles_and_plans_again():
+    """A walltime chain's next segment is a new process: its session starts from a profile step."""
+    first = make_model()
+    lms.enable(first, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(first, 2)
+    resumed = make_model()
+    resumed.load_state_dict(first.state_dict())
+    s = lms.enable(resumed, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    assert s._profiling and s._plan is None
+    train(resumed, 2)
+    assert not s._profiling and s._plan.moves
+
+
+def test_saved_tensors_read_outside_backward_still_work():
+    model = make_model()
+    lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(model, 2)
+    x, y = batches(1)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    seen, todo, read = set(), [loss.grad_fn], 0
+    while todo:                               # every saved tensor of the graph, read before backward
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_") and isinstance(getattr(node, name), torch.Tensor):
+                read += 1
+        todo += [n for n, _ in node.next_functions]
+    assert read > 10
+    loss.backward()
+
+
+def test_host_copies_are_plain_tensors_outside_the_graph():
+    model = make_model()
+    s = lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(bandwidth_Bps=1e12), prefetch_bytes=MB)
+    train(model, 2)
+    x, y = batches(1)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    s.transfer.synchronize()
+    assert s._graph.swapped and not any(h.host.requires_grad or h.host.grad_fn for h in s._graph.swapped)
+    loss.backward()

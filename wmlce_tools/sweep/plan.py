@@ -1,0 +1,178 @@
+"""(site, one trial's ResourceRequest, program with ``{name}`` fields, trials) -> a validated
+SweepPlan: array or packed and why, the job script, the run's record.  Everything is checked
+here, before anything is written (an unknown ``{name}``, an empty grid, a grid over the site's
+array limit, a trial that cannot fit the packed allocation)."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ..errors import WmlError
+from ..jobscript import JobPlan, SweepLaunch, plan_job, render_script
+from ..quoting import sh_join
+from ..resources import ResourceRequest
+from ..site.schema import SiteProfile
+from . import record
+from .array import array_output, array_spec
+from .grid import Trial, check_program
+from .pack import Allocation, check_fits, need_of
+
+NO_ARRAYS = {"cobalt": "Cobalt has no job arrays", "local": "the local site has no scheduler"}
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How the trials run: ``max_running`` at once; ``pack``: nodes of one allocation running
+    them all (None: the site's default, array or packed)."""
+
+    max_running: Optional[int] = None
+    pack: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_running", "pack"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise WmlError(f"--{name.replace('_', '-')} must be an integer >= 1, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    mode: str                   # "array" | "packed"
+    why: str
+    plan: JobPlan               # the job submitted (array: one trial's; packed: the allocation)
+    trial_plan: JobPlan         # one trial (its ddlrun line, with the {name} fields)
+    record: record.SweepRecord
+    run_dir: Path
+    per_time: int = 1           # trials an array element or a packed slot runs (informational)
+
+    @property
+    def script(self) -> str:
+        return render_script(self.plan)
+
+    def describe(self) -> str:
+        """The dry run's summary lines."""
+        n = self.record.size
+        lay = self.trial_plan.layout
+        lines = [f"# sweep: {n} trial(s), each {lay.describe()}",
+                 f"# runs as {'a job array' if self.mode == 'array' else 'one packed allocation'}: {self.why}"]
+        docs = self.plan.site.sweep.docs
+        if docs:
+            lines.append(f"# {self.plan.site.name}'s page: {docs[0]}")
+        return "\n".join(lines) + "\n"
+
+
+def _trial_module() -> List[str]:
+    return [sys.executable, "-m", "wmlce_tools.sweep.trial"]
+
+
+def choose_mode(site: SiteProfile, n: int, opts: SweepOptions) -> tuple:
+    if site.scheduler in NO_ARRAYS:
+        return "packed", f"{NO_ARRAYS[site.scheduler]}: the trials run in one allocation"
+    if opts.pack is not None:
+        return "packed", f"--pack {opts.pack}: the trials run in one allocation of {opts.pack} node(s)"
+    if site.sweep.default == "packed":
+        return "packed", f"{site.name}'s profile runs sweeps packed (its per-user job limits)"
+    limit = site.sweep.array_limit
+    if limit is not None and n > limit:
+        page = f" ({site.sweep.docs[0]})" if site.sweep.docs else ""
+        raise WmlError(f"{n} trials is over {site.name}'s limit of {limit} per job array{page}; "
+                       f"run them packed in one job with --pack NODES")
+    k = f", at most {opts.max_running} running at once (--max-running)" if opts.max_running else ""
+    return "array", f"{site.name} ({site.scheduler}) takes job arrays: one element per trial{k}"
+
+
+def _packed_request(site: SiteProfile, req: ResourceRequest) -> ResourceRequest:
+    """A trial holding part of a node gets the cores that go with its GPUs (not the fair share
+    of the whole node, which would hold the node)."""
+    G = site.node.gpus
+    g = req.gpus_per_rank
+    if req.cores_per_rank is not None or not G or not g:
+        return req
+    rpn = req.ranks_per_node or max(1, G // g)
+    if g * rpn >= G:
+        return req
+    return dataclasses.replace(req, cores_per_rank=max(1, site.node.cores * g // G))
+
+
+def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], trials: Sequence[Trial],
+               opts: SweepOptions, run_dir: Path, *, preview: bool = False, run_id: Optional[str] = None,
+               only: Optional[Sequence[int]] = None, submit_index: int = 1,
+               workdir: Optional[Path] = None) -> SweepPlan:
+    """Validate the whole sweep.  ``only``: the trials a resume reruns (else all)."""
+    if not trials:
+        raise WmlError("empty sweep: give --param NAME=V1,V2, --params-file FILE or --seeds N")
+    check_program(program, trials)
+    run_dir = Path(run_dir)
+    jobdir = run_dir / f"submit-{submit_index}"
+    todo = list(only) if only is not None else list(range(len(trials)))
+    mode, why = choose_mode(site, len(todo), opts)
+    if mode == "packed":
+        req = _packed_request(site, req)
+    trial_plan = plan_job(site, req, program, jobdir=jobdir, workdir=workdir, preview=preview)
+    ddlrun = sh_join(trial_plan.ddlrun_argv)
+    rec = record.SweepRecord(run_id=run_id or run_dir.name, site=site.name, scheduler=site.scheduler, mode=mode,
+                             program=list(program), trials=[t.values for t in trials],
+                             max_running=opts.max_running, pack_nodes=opts.pack, why=why,
+                             request=dataclasses.asdict(req), workdir=str(workdir or Path.cwd()))
+    only_env = (("WML_SWEEP_ONLY", ",".join(map(str, todo))),) if only is not None else ()
+    if mode == "array":
+        spec = array_spec(site.scheduler, len(todo), opts.max_running, req.job_name)
+        runner = [*_trial_module(), str(run_dir)]
+        launch = (f"{sh_join(runner)} {spec.index}"
+                  + (f" --base {spec.base}" if spec.base else "") + (f" --stride {spec.stride}" if spec.per_element > 1 else "")
+                  + f" -- {ddlrun}")
+        plan = trial_plan
+        if spec.stride > 1:
+            why = (f"{site.name} (PBS Pro) takes job arrays, but -J has no limit on running subjobs: "
+                   f"--max-running {spec.stride} gives {spec.stride} subjobs, each running its trials "
+                   f"(every {spec.stride}th) one after another, walltime x {spec.per_element}")
+            rec = dataclasses.replace(rec, why=why)
+        if spec.per_element > 1 and plan.walltime:    # PBS Pro --max-running: trials one after another
+            plan = plan_job(site, dataclasses.replace(req, walltime=plan.walltime * spec.per_element,
+                                                      walltime_s=None), program, jobdir=jobdir, workdir=workdir,
+                                                      preview=preview)
+        out = array_output(site.scheduler, plan.output) if not req.output else plan.output
+        err = array_output(site.scheduler, plan.error) if not req.error and not req.output else plan.error
+        plan = dataclasses.replace(plan, output=out, error=err, exports=(*plan.exports, *only_env),
+                                   sweep=SweepLaunch(spec.directives, launch, spec.lsf_job_name))
+        return SweepPlan(mode, why, plan, trial_plan, rec, run_dir, spec.per_element)
+    # packed: one allocation of M nodes, the trials placed on it by the trial's Layout
+    lay = trial_plan.layout
+    k = opts.max_running
+    nodes = opts.pack or lay.nodes * (min(len(todo), k) if k else 1)
+    alloc_req = ResourceRequest(
+        nodes=nodes, walltime=req.walltime, walltime_s=req.walltime_s, queue=req.queue, project=req.project,
+        job_name=req.job_name, output=req.output, error=req.error, after=req.after, conda_env=req.conda_env,
+        modules=req.modules, exports=req.exports, alloc_flags=req.alloc_flags, stage_env=req.stage_env,
+        threads_per_core=req.threads_per_core)
+    alloc_plan = plan_job(site, alloc_req, program, jobdir=jobdir, workdir=workdir, preview=preview)
+    node = alloc_plan.layout.node_spec
+    alloc = Allocation(nodes=nodes, gpus_per_node=node.gpus, cores_per_node=node.cores)
+    need = need_of(lay, alloc, oversubscribe=site.scheduler == "local")
+    at_once = check_fits(need, alloc, f"the packed allocation ({nodes} node(s))")
+    if not need.whole or lay.nodes == 1:
+        # the allocation holds each node's trials' ranks as task slots (SLURM_TASKS_PER_NODE: ddlrun
+        # checks a trial's ranks against them), with the trial's cores and GPUs per rank
+        per_node = max(1, at_once // nodes) if not need.whole else 1
+        shaped = dataclasses.replace(alloc_req, ranks_per_node=per_node * lay.ranks_per_node,
+                                     cores_per_rank=lay.cores_per_rank,
+                                     gpus_per_rank=lay.gpus_per_rank if lay.ranks_per_gpu == 1 else None,
+                                     ranks_per_gpu=lay.ranks_per_gpu if lay.ranks_per_gpu > 1 else None)
+        try:
+            alloc_plan = plan_job(site, shaped, program, jobdir=jobdir, workdir=workdir, preview=preview)
+        except WmlError:
+            pass       # the node cannot say it that way: the allocation as a plain job of `nodes` nodes
+    at_once = min(at_once, k or at_once, len(todo))
+    rec = dataclasses.replace(rec, pack={"allocation": alloc.as_dict(), "need": need.as_dict(),
+                                         "gpu_env": site.gpu_env})
+    why = f"{why}; {at_once} trial(s) at a time"
+    if opts.pack is None and at_once == 1 and len(todo) > 1:
+        why += f" (--pack NODES or --max-running K for more)"
+    rec = dataclasses.replace(rec, why=why)
+    launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweep.packed', str(run_dir)])} -- {ddlrun}"
+    plan = dataclasses.replace(alloc_plan, exports=(*alloc_plan.exports, *only_env),
+                               sweep=SweepLaunch((), launch, None, launcher_line=sh_join(trial_plan.launcher_argv)))
+    return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, -(-len(todo) // at_once))
