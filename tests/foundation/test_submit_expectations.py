@@ -302,3 +302,14 @@ def test_perlmutter_interactive_qos(run_wml, program):
                    "'interactive' on perlmutter is for interactive allocations only")
     # a batch job that the default QOS refuses never falls back to the interactive one
     assert "--qos=regular" in run_wml("render", "-s", "perlmutter", "-N", "2", str(program)).stdout
+
+
+@pytest.mark.parametrize("mode", [[], ["--pack", "2"]])
+def test_a_sweep_passes_the_pass_through_options_too(run_wml, tmp_path, mode):
+    prog = tmp_path / "sw.py"
+    prog.write_text("print(1)\n")
+    out = run_wml("sweep", "run", "--dry-run", "-s", "perlmutter", "--mem", "64G", "--directive",
+                  "#SBATCH --licenses=x", *mode, "--param", "lr=1,2", str(prog), "--lr", "{lr}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "#SBATCH --mem=64G" in lines and "#SBATCH --licenses=x" in lines
