@@ -40,6 +40,7 @@ SLOW = ("examples/train_digits.py", "examples/tf_keras_digits.py", "examples/hor
 def readme_commands():
     text = (ROOT / "README.md").read_text()
     for lang, body in re.findall(r"```(bash|console|sh)\n(.*?)```", text, re.S):
+        body = re.sub(r"\\\n\s*", " ", body)          # a command continued on the next line
         for line in body.splitlines():
             cmd = line[2:] if line.startswith("$ ") else (line if lang != "console" else "")
             cmd = re.split(r"\s{2,}#|\s#\s", cmd)[0].strip()
@@ -52,10 +53,14 @@ def how(cmd: str):
     for start, why in NOT_HERE.items():
         if cmd.startswith(start):
             return why
+    if "..." in cmd or re.search(r"\bRUN\b", cmd):
+        return "a placeholder in the text (...: the options above; RUN: a sweep's id)"
+    if "grid.yaml" in cmd:
+        return "needs the grid.yaml the text shows"
     if any(s in cmd for s in SLOW):
         return "a local job that trains (minutes) or needs a prepared env"
     words = shlex.split(cmd)
-    if words[:2] == ["wml", "submit"] and "--dry-run" not in words:
+    if words[:2] in (["wml", "submit"], ["wml", "sweep"]) and "--dry-run" not in words:
         site = words[words.index("--site") + 1] if "--site" in words else "local"
         return "dry-run" if site not in ("local", "local-slurm") else "a local job"
     if words[0] in ("wml", "ddlrun"):
