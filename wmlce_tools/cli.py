@@ -117,7 +117,8 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the script and the submit command; submit nothing.")] = False,
            interactive: Annotated[bool, typer.Option("--interactive", help="Open an interactive allocation with these resources (bsub -Is, salloc, qsub -I).")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the job.")] = False,
-           wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end (live status line) and exit with its exit code.")] = False) -> None:
+           wait: Annotated[bool, typer.Option("--wait", help="Wait for the job to end (live status line) and exit with its exit code.")] = False,
+           script: Annotated[Optional[str], typer.Option("--script", help="Submit this hand-written job script as it is (its directives must be the site's scheduler's) and track it in wml jobs/status/logs; only --site, --dry-run, --json and --wait go with it.")] = None) -> None:
     """Write the job script into ./wml-jobs/<name>-<time>/, submit it, print the job id.
 
     On the local site the job runs now, its output streamed here and kept in the job
@@ -128,6 +129,9 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     from .submit import submit as do_submit, submit_command_text
 
     _check_no_option(program)
+    if script is not None:
+        _submit_script(script, program, opts, dry_run=dry_run, interactive=interactive, as_json=as_json, wait=wait)
+        return
     plan, run = plan_from(opts, program, interactive=interactive, preview=dry_run)
     _warn(plan)
     if interactive:
@@ -140,11 +144,13 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
         info = {"job_id": None, "site": plan.site.name, "scheduler": plan.site.scheduler,
                 "script": str(plan.jobdir / "job.sh"), "submit_command": submit_command_text(plan),
                 "ranks": plan.layout.size, "nodes": plan.layout.nodes, "dry_run": True,
-                "script_text": script}
+                "python": plan.python[0], "python_from": plan.python[1] or None, "script_text": script}
         if as_json:
             typer.echo(json.dumps(info))
         else:
             sys.stdout.write(script)
+            if plan.python[0]:
+                typer.echo(f"# python: {plan.python[0]}: {plan.python[1]}")
             typer.echo(f"# dry run: would write {plan.jobdir}/job.sh and run: {info['submit_command']}")
             if run is not None:
                 typer.echo(f"# then jobs 2..{run.length} of the chain (segment-<k>/job.sh, each after the one before "
@@ -175,6 +181,42 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     from .jobs.cli import wait_after_submit
 
     code = wait_after_submit(result, plan, wait)    # records the job; --wait: waits for it
+    if code:
+        raise typer.Exit(code)
+
+
+def _submit_script(path: str, program, opts: JobOptions, *, dry_run: bool, interactive: bool, as_json: bool,
+                   wait: bool) -> None:
+    """``wml submit --script job.sh``: the script says the job; wml submits and tracks it."""
+    import dataclasses
+
+    from .script_submit import submit_script
+    from .site.registry import choose_site
+
+    if program:
+        raise WmlError(f"--script {path} is the job: give no program ({program[0]!r})")
+    if interactive:
+        raise WmlError("--script submits a batch script; --interactive opens an allocation: give one")
+    given = [f.name for f in dataclasses.fields(JobOptions)
+             if f.name != "site" and getattr(opts, f.name) != f.default]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise WmlError(f"--script {path} is submitted as it is written: {flag} goes into it as a directive")
+    out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
+    result = submit_script(choose_site(opts.site), path, dry_run=dry_run, out=out)
+    if result is None:
+        return
+    if as_json:
+        typer.echo(json.dumps(result.as_json()))
+    elif result.scheduler == "local":
+        typer.echo(f"wml: job {result.job_id} finished with exit status {result.exit_code}; output in {result.output}",
+                   err=True)
+    else:
+        typer.echo(f"Submitted job {result.job_id} to {result.site} ({result.scheduler}); "
+                   f"script {result.script}; output {result.output}")
+    from .jobs.cli import wait_after_submit
+
+    code = wait_after_submit(result, None, wait)
     if code:
         raise typer.Exit(code)
 

@@ -9,10 +9,23 @@ import sys
 from .errors import WmlError
 from .jobscript import JobPlan
 from .quoting import sh_join
-from .walltime import hhmm, hhmmss
+from .walltime import hhmm, slurm_time
 
 
 def interactive_directives(plan: JobPlan) -> list[str]:
+    """The allocation command's options: wml's, then the pass-through lines' (--mem, ...)."""
+    import shlex
+
+    from .passthrough import PREFIX
+
+    d = _own_directives(plan)
+    prefix = PREFIX.get(plan.site.scheduler, "")
+    for line in plan.passthrough.lines:
+        d += shlex.split(line[len(prefix):])
+    return d
+
+
+def _own_directives(plan: JobPlan) -> list[str]:
     lay, req = plan.layout, plan.request
     wall = plan.walltime or 0
     sched = plan.site.scheduler
@@ -25,10 +38,10 @@ def interactive_directives(plan: JobPlan) -> list[str]:
         return d
     if sched == "slurm":
         d = [f"--nodes={lay.nodes}", f"--ntasks-per-node={lay.ranks_per_node}",
-             f"--cpus-per-task={lay.cpus_per_rank}", f"--time={hhmmss(wall)}",
+             f"--cpus-per-task={lay.cpus_per_rank}", f"--time={slurm_time(wall)}",
              f"--{plan.site.slurm.queue_option}={plan.queue}", f"--job-name={req.job_name}"]
-        if plan.site.slurm.constraint:
-            d.append(f"--constraint={plan.site.slurm.constraint}")
+        if plan.constraint:
+            d.append(f"--constraint={plan.constraint}")
         if lay.node_spec.threads_per_core > 1:     # as srun asks it: see templates/slurm.sh.j2
             d.append(f"--threads-per-core={lay.threads_per_core}")
         if lay.gpus_per_node:
@@ -47,7 +60,7 @@ def interactive_directives(plan: JobPlan) -> list[str]:
         from .schedulers.pbs import resource_list
 
         d = []
-        for res in resource_list(plan.site, lay.nodes, wall):
+        for res in resource_list(plan.site, lay.nodes, wall, plan.passthrough):
             d += ["-l", res]
         d += ["-q", plan.queue, "-N", req.job_name]
         if req.project:

@@ -24,11 +24,12 @@ from .errors import WmlError
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, check_queue_limits, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
+from .passthrough import Passthrough, passthrough
 from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
 from .site.schema import SiteProfile, replace
-from .walltime import hhmm, hhmmss
+from .walltime import hhmm, slurm_time
 
 if TYPE_CHECKING:
     from .chain.spec import Segment
@@ -72,8 +73,10 @@ class JobPlan:
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
+    notes: Tuple[str, ...] = ()       # warnings about how the options were read (plan_from)
+    python: Tuple[Optional[str], str] = (None, "")   # the interpreter of a .py program, and why (job_python)
+    passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
-
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -107,7 +110,20 @@ class JobPlan:
     def warnings(self) -> Tuple[str, ...]:
         """Lines for stderr about a job that runs but wastes what it asks for."""
         idle = idle_gpu_warning(self.site, self.request, self.layout)
-        return (idle,) if idle else ()
+        return (*self.notes, *((idle,) if idle else ()), *self._oversubscribed())
+
+    def _oversubscribed(self) -> Tuple[str, ...]:
+        """The local site: every (emulated) node is this machine, whose cores its ranks share;
+        more ranks' cores than it has run, slower, where a cluster site refuses the layout."""
+        lay = self.layout
+        if self.site.scheduler != "local":
+            return ()
+        cores = self.site.node.cores     # this machine's (an emulated node has its share)
+        want = lay.size * lay.cores_per_rank
+        if want <= cores:
+            return ()
+        return (f"{lay.size} rank(s) x {lay.cores_per_rank} core(s) on this machine's {cores} core(s): the ranks "
+                f"share cores and run slower (a cluster site refuses such a layout); fewer ranks fit",)
 
     @property
     def attrs(self) -> Optional[str]:
@@ -115,13 +131,13 @@ class JobPlan:
         q = self.site.queues.get(self.queue) if self.queue else None
         attrs = (q.attrs if q is not None and q.attrs else None) or self.site.attrs
         need = self._stage_word("attrs")      # the node-local SSD staging uses
-        return ":".join(a for a in (attrs, need) if a) or None
+        return ":".join(a for a in (attrs, need, self.passthrough.cobalt_attrs) if a) or None
 
     @property
     def constraint(self) -> Optional[str]:
         """Slurm ``--constraint``: the site's, and the node-local storage staging uses (nvme)."""
         need = self._stage_word("constraint")
-        return "&".join(c for c in (self.site.slurm.constraint, need) if c) or None
+        return "&".join(c for c in (self.site.slurm.constraint, need, self.passthrough.constraint) if c) or None
 
     @property
     def ddlrun_argv(self) -> List[str]:
@@ -178,8 +194,44 @@ def _ddlrun_exe(site: SiteProfile) -> List[str]:
     return [sys.executable, "-m", "wmlce_tools.ddlrun.cli"]
 
 
+def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:
+    """(python, prefix) of the env active at submit: $VIRTUAL_ENV or $CONDA_PREFIX (this python
+    when it is that env's), else the venv or conda env wml itself runs from; None when none is."""
+    exe = sys.executable
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = environ.get(var)
+        if not prefix:
+            continue
+        if Path(sys.prefix) == Path(prefix) or os.path.realpath(sys.prefix) == os.path.realpath(prefix):
+            return exe, prefix
+        python = Path(prefix) / "bin" / "python"
+        if python.exists():
+            return str(python), prefix
+    if sys.prefix != sys.base_prefix or (Path(sys.prefix) / "conda-meta").is_dir():
+        return exe, sys.prefix
+    return None
+
+
+def job_python(site: SiteProfile, req: ResourceRequest, modules: Sequence[str],
+               environ=os.environ) -> Tuple[Optional[str], str]:
+    """The one rule for the interpreter a job runs a .py with, on every site: the --env's, else
+    the env active at submit (conda or venv), else the python of the site's module that the
+    profile names (python_module); on the local site this python.  (None, why) when none."""
+    if req.conda_env:
+        return "python", f"the python of --env {req.conda_env} (first on PATH once activated)"
+    active = active_env_python(environ)
+    if active is not None:
+        return active[0], f"the env active at submit, {active[1]}"
+    if site.python_module and site.python_module in modules:
+        return "python", f"the python of module {site.python_module} (site {site.name}'s python_module)"
+    if site.scheduler == "local":
+        return sys.executable, "this python (no env is active)"
+    return None, (f"no env: give --env, or submit from an active conda env or venv"
+                  f"{'' if site.python_module else f', or name the module that provides python as python_module in the {site.name} profile'}")
+
+
 def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
-                     interactive: bool = False) -> Tuple[str, ...]:
+                     interactive: bool = False, python: Tuple[Optional[str], str] = (sys.executable, "")) -> Tuple[str, ...]:
     if not argv and interactive:    # an interactive allocation runs a shell, not a program
         return ()
     if not argv:
@@ -193,11 +245,14 @@ def _resolve_program(argv: Sequence[str], has_env: bool, workdir: Path,
         if not path.is_file():
             raise WmlError(f"program not found: {prog}")
         if path.suffix == ".py" and not os.access(path, os.X_OK):
-            python = "python" if has_env else sys.executable
-            return (python, str(path), *args)
+            if python[0] is None:
+                raise WmlError(f"{prog} would run with a bare python found nowhere in the job: {python[1]}")
+            return (python[0], str(path), *args)
         if not os.access(path, os.X_OK):
             raise WmlError(f"program {prog} is not executable (chmod +x it, or run it through an interpreter)")
         return (str(path), *args)
+    if prog in ("python", "python3") and python[0] is None:
+        raise WmlError(f"{prog} would be a bare python found nowhere in the job: {python[1]}")
     if shutil.which(prog) is None and not has_env:
         raise WmlError(f"program not found: {prog!r} is not on PATH (give a path, or --module/--env that provides it)")
     return (prog, *args)
@@ -215,6 +270,19 @@ def _env_activation(conda_env: Optional[str], check: bool = True,
     return tuple(job_env_lines(conda_env, check=check, prefix_shell=prefix_shell)), env_prefix(conda_env, check=check)
 
 
+def _interactive_queue(site: SiteProfile, req: ResourceRequest, interactive: bool) -> ResourceRequest:
+    """An interactive allocation goes to the site's interactive-only queue when no -q names
+    one (NERSC: the interactive QOS); a batch job is refused one."""
+    if interactive and req.queue is None:
+        only = [n for n, q in site.queues.items() if q.interactive_only]
+        return dataclasses.replace(req, queue=only[0]) if only else req
+    q = site.queues.get(req.queue) if req.queue else None
+    if not interactive and q is not None and q.interactive_only:
+        raise WmlError(f"queue {req.queue!r} on {site.name} is for interactive allocations only "
+                       f"(wml submit --interactive); a batch job goes to {site.default_queue!r} or another -q")
+    return req
+
+
 def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
              jobdir: Path, workdir: Optional[Path] = None, interactive: bool = False,
              preview: bool = False) -> JobPlan:
@@ -225,13 +293,15 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     workdir = workdir or Path.cwd()
     if req.gpu_binding and req.gpu_binding != site.gpu_binding:
         site = replace(site, gpu_binding=req.gpu_binding)
+    if req.project is None and site.defaults.account:
+        req = dataclasses.replace(req, project=site.defaults.account)
     check_job_name(req.job_name)
     for option, value in (("--project", req.project), ("--queue", req.queue),
                           ("--output", req.output), ("--error", req.error)):
         if value is not None:
             check_directive_value(option, value)
     modules = tuple(check_module(m) for m in (*site.modules, *req.modules))
-    queue, walltime = check_queue_limits(site, req)
+    queue, walltime = check_queue_limits(site, _interactive_queue(site, req, interactive))
     layout = compile_layout(site, req)
     if req.rack_contiguous and site.scheduler != "lsf":
         raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")
@@ -246,10 +316,11 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if req.gpu_binding and not site.node.gpus:
         raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
     has_env = bool(req.conda_env or modules)
-    program = _resolve_program(argv, has_env, workdir, interactive)
+    python = job_python(site, req, modules)
+    program = _resolve_program(argv, has_env, workdir, interactive, python)
     if site.project_required and not req.project:
-        raise WmlError(f"{site.name} charges every job to a project: give -P/--project "
-                       "(the scheduler rejects a job without one)")
+        raise WmlError(f"{site.name} charges every job to a project: give -P/--project or -A/--account "
+                       "(the scheduler rejects a job without one; a default: defaults: {account: ...} in the site's profile)")
     check_env = not preview or site.scheduler == "local"
     env_lines, env_prefix = _env_activation(req.conda_env, check=check_env)
     from .stage.script import plan_staging
@@ -259,6 +330,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     stage = None if interactive else plan_staging(site, req, env_prefix, layout.nodes)
     staged_env_lines = (_env_activation(req.conda_env, check=check_env, prefix_shell='"$wml_env_prefix"')[0]
                         if stage is not None else ())
+    passed = passthrough(site, req)
     exports: Dict[str, str] = dict(site.environment)
     if site.scheduler != "local":
         # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
@@ -266,9 +338,10 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
     exports.update(req.export_dict)
     return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
-                   queue=queue, walltime=walltime, jobdir=jobdir, workdir=workdir,
+                   queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
-                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines)
+                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
+                   python=python if program and program[0] == python[0] else (None, ""))
 
 
 @lru_cache(maxsize=1)
@@ -287,12 +360,12 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
-def _pbs_resources(site: SiteProfile, nodes: int, minutes: int) -> List[str]:
-    if site.scheduler != "pbs":
+def _pbs_resources(plan: JobPlan, minutes: int) -> List[str]:
+    if plan.site.scheduler != "pbs":
         return []
     from .schedulers.pbs import resource_list
 
-    return resource_list(site, nodes, minutes)
+    return resource_list(plan.site, plan.layout.nodes, minutes, plan.passthrough)
 
 
 def _chain_context(plan: JobPlan) -> Optional[dict]:
@@ -325,7 +398,7 @@ def render_script(plan: JobPlan) -> str:
         project=plan.request.project, queue=plan.queue,
         after=plan.request.after if seg is None or seg.index == 1 else None,
         after_any=seg.previous if seg is not None else None, chain=_chain_context(plan),
-        walltime_hhmm=hhmm(wall), walltime_hhmmss=hhmmss(wall), walltime_minutes=wall,
+        walltime_hhmm=hhmm(wall), walltime_slurm=slurm_time(wall), walltime_minutes=wall,
         output=plan.output, error=plan.error,
         output_prefix=(str(plan.jobdir / plan.request.job_name)
                        if site.scheduler == "cobalt" and not plan.request.output else None),
@@ -335,7 +408,7 @@ def render_script(plan: JobPlan) -> str:
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
-        pbs_resources=_pbs_resources(site, lay.nodes, wall),
+        pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
         launcher_line=sh_join(plan.launcher_argv),
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",

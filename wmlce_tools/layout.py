@@ -383,7 +383,8 @@ def check_queue_limits(site: SiteProfile, req: ResourceRequest) -> Tuple[Optiona
         raise WmlError(f"unknown queue {qname!r} on {site.name}; queues: {', '.join(site.queues)}")
     why = _queue_refusal(site, qname, req)
     if why is not None:
-        fits = [n for n in site.queues if n != qname and _queue_refusal(site, n, req) is None]
+        fits = [n for n in site.queues if n != qname and not site.queues[n].interactive_only
+                and _queue_refusal(site, n, req) is None]
         if fits and req.queue is None:
             qname = fits[0]
         elif fits:

@@ -39,9 +39,9 @@ class JobOptions:
     ranks_per_gpu: Annotated[Optional[int], typer.Option(help="K consecutive ranks of a node share one GPU (ranks per node default to GPUs x K; Summit adds -alloc_flags gpumps).")] = None
     cores_per_rank: Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")] = None
     threads_per_core: Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")] = None
-    walltime: Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes, HH:MM, HH:MM:SS or seconds (90s); schedulers get whole minutes, rounded up.")] = None
+    walltime: Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes (90), 90m, 2h, 1h30m, HH:MM, HH:MM:SS, D-HH[:MM[:SS]] or seconds (90s); each scheduler gets its own form of it, in whole minutes rounded up.")] = None
     queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")] = None
-    project: Annotated[Optional[str], typer.Option("--project", "-P", help="Project/account to charge.")] = None
+    project: Annotated[Optional[str], typer.Option("--account", "-A", "--project", "-P", help="Project/account to charge: -A/--account as sbatch and qsub take it, -P/--project as bsub (default: the site profile's defaults.account).")] = None
     job_name: Annotated[str, typer.Option("--job-name", "-J", help="Job name.")] = "wml-job"
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")] = None
     error: Annotated[Optional[str], typer.Option("--error", "-e", help="Job error file (default: next to the output).")] = None
@@ -54,8 +54,16 @@ class JobOptions:
     gpu_binding: Annotated[Optional[str], typer.Option("--gpu-binding", help="per-rank: each rank sees only its GPUs; local-rank: one resource set per node with all its GPUs visible (CUDA IPC between them), each rank picks its GPU by local rank (default: the site's).")] = None
     chain: Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")] = None
     checkpoint_dir: Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")] = None
-    signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
+    signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, 5m, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
+
+    mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem=, LSF rusage[mem=].")] = None
+    exclusive: Annotated[bool, typer.Option("--exclusive", help="Nodes not shared with other jobs: sbatch --exclusive, PBS place=excl, bsub -x.")] = False
+    reservation: Annotated[Optional[str], typer.Option("--reservation", help="Run in this reservation: sbatch --reservation, bsub -U; on PBS Pro and Cobalt the reservation's queue.")] = None
+    mail: Annotated[Optional[str], typer.Option("--mail", help="Mail this user or address when the job ends or fails (sbatch --mail-user, qsub -M, bsub -u, Cobalt --notify).")] = None
+    begin: Annotated[Optional[str], typer.Option("--begin", help="Start no earlier than HH:MM or YYYY-MM-DDTHH:MM[:SS] (sbatch --begin, qsub -a, bsub -b).")] = None
+    constraint: Annotated[Optional[str], typer.Option("--constraint", "-C", help="Node features (sbatch --constraint, joined to the site's with &; bsub -R select[]; Cobalt --attrs).")] = None
+    directive: Annotated[Optional[List[str]], typer.Option("--directive", help="A directive line of the site's scheduler copied into the script's header, e.g. '#SBATCH --licenses=scratch' (#SBATCH, #PBS, #BSUB, #COBALT; repeatable); one that sets what a wml option sets is refused.")] = None
 
     def __post_init__(self) -> None:
         for name in _LISTS:       # repeatable options: a tuple (a list from the command line)
@@ -69,6 +77,10 @@ class JobOptions:
         """``JobOptions(**kwargs)``, an unknown name refused with the closest known one."""
         import difflib
 
+        if "account" in kwargs:       # -A/--account and -P/--project are one option
+            if "project" in kwargs:
+                raise WmlError("account and project are one option: give one")
+            kwargs["project"] = kwargs.pop("account")
         names = [f.name for f in dataclasses.fields(cls)]
         for key in kwargs:
             if key not in names:
@@ -163,7 +175,9 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         after=opts.after, conda_env=opts.env, modules=tuple(opts.module or ()), exports=parse_exports(export or []),
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env), walltime_s
+        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, mem=opts.mem, exclusive=opts.exclusive,
+        reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
+        directives=tuple(opts.directive or ())), walltime_s
 
 
 def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive: bool = False,
@@ -175,6 +189,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     from .jobscript import plan_job
     from .site.registry import choose_site
     from .submit import new_jobdir
+    from .walltime import two_part_reading
 
     export = _horovod_exports(opts.export, opts.horovod, opts.lms) or []
     check_length(opts.chain, interactive)
@@ -185,11 +200,15 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     if jobdir is None:
         base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
         jobdir = new_jobdir(base.absolute(), opts.job_name)
+    plan = plan_job(profile, req, list(program or []), jobdir=jobdir, interactive=interactive and opts.chain is None,
+                    preview=preview)
+    note = two_part_reading(opts.walltime, profile.scheduler)
+    if note:
+        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if opts.chain is None:
-        return plan_job(profile, req, list(program or []), jobdir=jobdir, interactive=interactive, preview=preview), None
+        return plan, None
     from .chain.submit import plan_chain, segment_plan
 
-    plan = plan_job(profile, req, list(program or []), jobdir=jobdir, preview=preview)
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)
     return segment_plan(plan, run, 1, logs_dir=logs_dir), run
 

@@ -35,6 +35,14 @@ class ResourceRequest:
     alloc_flags: Tuple[str, ...] = ()         # LSF -alloc_flags words beyond the SMT level (gpumps, NVME)
     gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
     stage_env: Optional[str] = None           # on | auto | off (--stage-env[=auto]); default the site's
+    # passed to the scheduler in its own spelling (passthrough.py)
+    mem: Optional[str] = None                 # per node: 64G
+    exclusive: bool = False
+    reservation: Optional[str] = None
+    mail: Optional[str] = None                # user or address, mailed when the job ends or fails
+    begin: Optional[str] = None               # HH:MM or YYYY-MM-DDTHH:MM[:SS]
+    constraint: Optional[str] = None          # node features
+    directives: Tuple[str, ...] = ()          # whole directive lines of the site's scheduler
 
     def __post_init__(self) -> None:
         for name in ("nodes", "ranks_per_node", "gpus_per_rank", "ranks_per_gpu", "cores_per_rank",

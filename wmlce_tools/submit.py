@@ -66,6 +66,14 @@ def submit_command_text(plan: JobPlan) -> str:
     return text
 
 
+def check_tool(scheduler, tool: str) -> None:
+    """The scheduler's submit command is here, or the one line the command path gives (nothing
+    is written before it: a failed submit leaves no job directory behind)."""
+    if shutil.which(tool) is None:
+        hint = scheduler.missing_hint
+        raise WmlError(f"{tool} not found" + (f": {hint}" if hint else ""))
+
+
 def write_jobdir(plan: JobPlan, script: str) -> Path:
     """Create ``plan.jobdir`` with ``job.sh`` and ``plan.json`` atomically."""
     final = plan.jobdir
@@ -202,6 +210,7 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
         from .schedulers.commands import connect_seconds
 
         connect_seconds()   # a bad WML_SCHEDULER_CONNECT_S fails before the job directory is written
+        check_tool(plan.scheduler, submit_command(plan)[0])    # as does a missing sbatch/bsub/qsub
     else:
         from .schedulers.local_run import kill_wait_s
 

@@ -6,12 +6,15 @@ import re
 from .errors import WmlError
 
 _HMS = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-_SECONDS = re.compile(r"^(\d+)s$")
+#: 90s, 90m, 2h, 1h30m, 1d12h (units in this order, each at most once; min/sec spelled out too)
+_UNITS = re.compile(r"^(?=\d)(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?:in)?)?(?:(\d+)s(?:ec)?)?$", re.I)
+#: the forms, for messages and --help
+FORMS = "minutes (90), 90m, 2h, 1h30m, HH:MM, HH:MM:SS, D-HH[:MM[:SS]] or seconds (90s)"
 
 
 def parse_walltime(text: str | int, what: str = "walltime") -> int:
-    """Return minutes from ``MM``, ``HH:MM``, ``HH:MM:SS``, ``D-HH:MM[:SS]`` (Slurm style) or
-    ``Ns`` (seconds).
+    """Return minutes from ``MM``, ``HH:MM``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]`` (Slurm style),
+    units (``90m``, ``2h``, ``1h30m``, ``1d12h``) or ``Ns`` (seconds).
 
     A bare number means minutes (as LSF's ``-W`` and Cobalt's ``-t`` read it).  Seconds are
     rounded up to the next minute, so a request is never shortened.
@@ -29,14 +32,16 @@ def parse_duration_s(text: str | int, what: str = "walltime") -> int:
             raise WmlError(f"{what} must be positive, got {text}")
         return text * 60
     s = str(text).strip()
-    sec = _SECONDS.match(s)
-    if sec:
-        if int(sec.group(1)) <= 0:
+    units = _UNITS.match(s)
+    if units:
+        d, h, m_, sec = (int(x or 0) for x in units.groups())
+        total = ((d * 24 + h) * 60 + m_) * 60 + sec
+        if total <= 0:
             raise WmlError(f"{what} must be positive, got {s!r}")
-        return int(sec.group(1))
+        return total
     m = _HMS.match(s)
     if not m:
-        raise WmlError(f"malformed {what} {s!r}: use minutes, HH:MM, HH:MM:SS or seconds (90s)")
+        raise WmlError(f"malformed {what} {s!r}: use {FORMS}")
     days, a, b, c = m.groups()
     parts = [int(a)] + [int(x) for x in (b, c) if x is not None]
     if len(parts) == 1:
@@ -81,5 +86,24 @@ def hhmm(minutes: int) -> str:
 
 
 def hhmmss(minutes: int) -> str:
-    """``HH:MM:SS`` (Slurm ``--time`` / Cobalt ``-t`` form)."""
+    """``HH:MM:SS`` (PBS ``walltime=`` form)."""
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def slurm_time(minutes: int) -> str:
+    """Slurm ``--time``: ``HH:MM:SS`` below a day, ``D-HH:MM:SS`` from one day on (sbatch(1):
+    "hours:minutes:seconds", "days-hours:minutes:seconds")."""
+    days, rest = divmod(minutes, 24 * 60)
+    return f"{days}-{hhmmss(rest)}" if days else hhmmss(rest)
+
+
+def two_part_reading(text: object, scheduler: str) -> str | None:
+    """A warning when ``-t A:B`` is read (as wml documents: hours:minutes) unlike how the site's
+    scheduler would read it (sbatch --time and PBS walltime: minutes:seconds); else None."""
+    m = re.match(r"^(\d+):(\d+)$", str(text).strip()) if isinstance(text, str) else None
+    if not m or scheduler not in ("slurm", "pbs"):
+        return None
+    a, b = m.groups()
+    tool = "sbatch --time" if scheduler == "slurm" else "qsub -l walltime"
+    return (f"-t {text} is {int(a)} h {int(b)} min (HH:MM, as wml reads two numbers on every site); {tool} would read "
+            f"it as {int(a)} min {int(b)} s: for minutes say -t {int(a)}m")

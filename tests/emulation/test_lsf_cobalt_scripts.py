@@ -121,7 +121,9 @@ def check_ranks(proc, size: int, per_node: int, node_of, node_var: str) -> List[
 def promised_launcher(script: str) -> List[str]:
     """The launcher line the script's comment promises, as argv, without the program."""
     argv = promised_launch(script)
-    return argv[1: argv.index("python")]
+    # the interpreter: the submitting env's python, or `python` of --env or the site's module (issue 40.2)
+    at = next(i for i, a in enumerate(argv) if i and os.path.basename(a).startswith("python"))
+    return argv[1:at]
 
 
 def summit_hosts(n: int) -> Dict[str, int]:

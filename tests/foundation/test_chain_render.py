@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.job_output import directives, normalize
+from helpers.job_output import assert_golden, directives, normalize
 
 from wmlce_tools.chain.submit import plan_chain, segment_plan
 from wmlce_tools.jobscript import plan_job, render_script
@@ -56,8 +56,7 @@ PREVIOUS = {"summit": "701106", "theta": "4242", "slurm-gpu": "4242", "polaris":
 def test_golden_chain_segment_scripts(site, program):
     script = render_segment(site, program, previous=PREVIOUS[site], **CHAIN_JOBS[site])
     golden = GOLDEN / f"chain-{site}.sh"
-    assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+    assert_golden(script, program, golden)
 
 
 def test_slurm_asks_for_the_signal_and_depends_afterany(program):

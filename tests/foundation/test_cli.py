@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def test_render_summit_18_nodes(run_wml, prog):
     proc = run_wml("render", "--site", "summit", "--nodes", "18", "-P", "abc123", str(prog), "--lr", "0.1")
     assert proc.returncode == 0, proc.stderr
     assert "jsrun -n 108 -a 1 -c 7 -g 1 -r 6 -b packed:7" in proc.stdout
-    assert proc.stdout.rstrip().endswith(f"-- python {prog} --lr 0.1")
+    # the env active at submit gives the python (issue 40.2), not summit's module
+    assert proc.stdout.rstrip().endswith(f"-- {sys.executable} {prog} --lr 0.1")
     assert not (Path(os.environ["WML_JOBS_DIR"])).exists()
 
 
@@ -143,6 +145,8 @@ def test_missing_scheduler_command(run_wml, prog, isolated_env):
     env = {"PATH": "/usr/bin:/bin"}
     err = one_line_error(run_wml("submit", "--site", "summit", "-P", "abc", str(prog), env=env))
     assert err == "wml: error: bsub not found: run this on a Summit login node, or use --dry-run"
+    # nothing left behind (issue 40.8): the job directory is written only once bsub is here
+    assert not Path(isolated_env["WML_JOBS_DIR"]).exists()
 
 
 def _fake_tool(tmp_path, name, body):
@@ -226,4 +230,4 @@ def test_bench_allreduce_runs_through_ddlrun(run_wml):
 
 
 def test_a_mistyped_option_is_not_taken_as_the_program(run_wml, prog):
-    one_line_error(run_wml("render", "-A", "x", str(prog)), "unknown option '-A'")
+    one_line_error(run_wml("render", "-Z", "x", str(prog)), "unknown option '-Z'")

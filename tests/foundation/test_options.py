@@ -26,7 +26,7 @@ def test_render_and_submit_take_every_job_option(prog_app):
     declared = _option_names(prog_app) - {"--trials", "--install-completion", "--show-completion"}
     assert len({p.name for p in typer.main.get_command(prog_app).params}) - 4 == len(dataclasses.fields(JobOptions))
     assert declared <= render and declared <= submit
-    assert submit - render == {"--dry-run", "--interactive", "--json", "--wait"}
+    assert submit - render == {"--dry-run", "--interactive", "--json", "--wait", "--script"}
     assert {"--lms", "--horovod", "-N", "--nodes", "-t", "--stage-env"} <= declared
 
 

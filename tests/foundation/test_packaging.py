@@ -1,6 +1,7 @@
 """What a non-editable `pip install .` ships: every Python package, and the data the CLI reads."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from setuptools import find_packages
@@ -30,6 +31,6 @@ def test_env_commands_without_the_env_extra_say_what_to_install(run_wml, monkeyp
     blocker.mkdir()
     (blocker / "rattler.py").write_text("raise ModuleNotFoundError(\"No module named 'rattler'\", name='rattler')\n")
     spec = REPO / "env_specs" / "wml-runtime.yaml"
-    proc = run_wml("env", "lock", str(spec), env={"PYTHONPATH": str(blocker)})
+    proc = run_wml("env", "lock", str(spec), env={"PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"})   # this checkout's wml
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert "pip install 'wml[env]'" in proc.stderr
+    assert "pip install '.[env]'" in proc.stderr

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.job_output import directives, normalize, promised_launch
+from helpers.job_output import assert_golden, directives, normalize, promised_launch
 
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.resources import ResourceRequest
@@ -53,8 +53,7 @@ def render(site, program, **kw):
 def test_golden_scripts(site, kw, program):
     _, script = render(site, program, **kw)
     golden = GOLDEN / f"{site}.sh"
-    assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+    assert_golden(script, program, golden)
 
 
 def test_summit_directives_and_jsrun_geometry(program):

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers.job_output import directives, normalize, promised_launch
+from helpers.job_output import assert_golden, directives, normalize, promised_launch
 
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.launchers.pals import cpu_bind_list
@@ -59,8 +59,7 @@ GOLDEN_JOBS = {
 def test_golden_two_node_scripts(site, program):
     _, script = render(site, program, **GOLDEN_JOBS[site])
     golden = GOLDEN / f"{site}.sh"
-    assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+    assert_golden(script, program, golden)
 
 
 def test_polaris_directives_and_mpiexec_line(program):

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers.job_output import directives, normalize
+from helpers.job_output import assert_golden, directives
 
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
@@ -47,8 +47,7 @@ def render(site, program, max_running=2, pack=None, **kw):
 def test_golden_sweep_scripts(site, kw, program):
     _, script = render(site, program, **kw)
     golden = GOLDEN / f"sweep-{site}.sh"
-    assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+    assert_golden(script, program, golden)
 
 
 def test_array_lines_per_scheduler(program):

@@ -51,9 +51,16 @@ def render_job(site: str, program, **request):
 
 
 def assert_golden(script: str, program, golden) -> None:
-    """``script`` (normalized) is the golden file ``golden`` word for word."""
+    """``script`` (normalized) is the golden file ``golden`` word for word.  To regenerate the
+    golden files after an intended change: ``WML_REGENERATE_GOLDEN=1 pytest <the test>``, then
+    read the diff (``git diff tests/``) before committing it."""
+    import os
+
+    if os.environ.get("WML_REGENERATE_GOLDEN") == "1":
+        golden.write_text(normalize(script, program))
     assert normalize(script, program) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+        f"rendered script differs from {golden}; if the change is intended, regenerate it "
+        "(WML_REGENERATE_GOLDEN=1, see tests/helpers/job_output.py)")
 
 
 def normalize(text: str, program) -> str:

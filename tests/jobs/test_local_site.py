@@ -92,7 +92,7 @@ def test_a_running_local_job_is_seen_from_a_second_process(run_wml, isolated_env
         [job] = _jobs(run_wml)
         assert job["state"] == "RUNNING" and job["exit_code"] is None
         assert before - 1 <= job["submitted_at"] <= time.time()     # submitted, not ended
-        local_id = str(job["id"])
+        local_id = f"@{job['id']}"
         status = run_wml("status", local_id)
         assert status.returncode == 0 and ": RUNNING" in status.stdout, status.stdout + status.stderr
         so_far = run_wml("logs", local_id)
@@ -109,7 +109,7 @@ def test_a_running_local_job_is_seen_from_a_second_process(run_wml, isolated_env
         if submit.poll() is None:
             submit.kill()
     assert submit.returncode == 0, sub_err
-    assert f"job {job['job_id']} (ID {local_id} in wml jobs) running" in sub_err
+    assert f"job {job['job_id']} ({local_id} in wml jobs) running" in sub_err
     [done] = _jobs(run_wml)
     assert done["state"] == "COMPLETED" and done["submitted_at"] == job["submitted_at"]
 
@@ -120,7 +120,7 @@ def test_wml_cancel_ends_a_running_local_job(run_wml, isolated_env, tmp_path):
     try:
         _wait_for(ready, submit)
         [job] = _jobs(run_wml)
-        cancel = run_wml("cancel", str(job["id"]))
+        cancel = run_wml("cancel", f"@{job['id']}")
         assert cancel.returncode == 0 and "CANCELLED" in cancel.stdout, cancel.stdout + cancel.stderr
         submit.communicate(timeout=120)
     finally:
@@ -145,14 +145,14 @@ def test_every_id_form_names_the_same_job(run_wml, tmp_path):
     job = rows[info["job_id"]]
     listed = run_wml("jobs").stdout
     assert run_id in listed and info["job_id"] in listed
-    # the plain job: its ID, id:N, its job id, its directory's name
-    for ref in (str(job["id"]), f"id:{job['id']}", info["job_id"], Path(info["jobdir"]).name):
+    # the plain job: its ID (@N), id:N, its job id, its directory's name
+    for ref in (f"@{job['id']}", f"id:{job['id']}", info["job_id"], Path(info["jobdir"]).name):
         st = run_wml("status", "--json", ref)
         assert st.returncode == 0, (ref, st.stderr)
         assert json.loads(st.stdout)["id"] == job["id"], ref
     # the chained run: its run id (as submit and wml jobs print it), its segment's ID and job id
     segment = next(j for j in rows.values() if j["job_id"] != info["job_id"])
-    for ref in (run_id, str(segment["id"]), segment["job_id"]):
+    for ref in (run_id, f"@{segment['id']}", segment["job_id"]):
         st = run_wml("status", "--json", ref)
         assert st.returncode == 0, (ref, st.stderr)
         assert json.loads(st.stdout)["run_id"] == run_id, ref
@@ -160,20 +160,41 @@ def test_every_id_form_names_the_same_job(run_wml, tmp_path):
         assert logs.returncode == 0 and "gate: done" in logs.stdout, (ref, logs.stderr)
 
 
-def test_a_bare_number_is_the_id_column_first_and_job_n_the_schedulers(run_wml, isolated_env, tmp_path):
+def test_a_bare_number_is_the_schedulers_id_and_at_n_the_id_column(run_wml, isolated_env, tmp_path):
+    """Issue 40.11: the number submit printed is the number every command reads; `wml jobs`
+    IDs are @N, which no scheduler id looks like."""
     reg = Registry(Path(isolated_env["XDG_DATA_HOME"]) / "wml" / "jobs.sqlite")
     first = reg.add(JobRecord(site="local", scheduler="local", job_id="local-a", job_dir=str(tmp_path / "a")))
     slurm = reg.add(JobRecord(site="local-slurm", scheduler="slurm", job_id=str(first.id), state="COMPLETED",
                               exit_code=0, job_dir=str(tmp_path / "b")))
-    assert reg.resolve(str(first.id))[0].id == first.id
+    assert reg.resolve(str(first.id))[0].id == slurm.id
     st = run_wml("status", "--json", str(first.id))
-    assert st.returncode == 0 and json.loads(st.stdout)["id"] == first.id
-    assert f"for local-slurm job {first.id} say job:{first.id}" in st.stderr
+    assert st.returncode == 0 and json.loads(st.stdout)["id"] == slurm.id and st.stderr == ""
+    for ref in (f"@{first.id}", f"id:{first.id}"):
+        st = run_wml("status", "--json", ref)
+        assert st.returncode == 0 and json.loads(st.stdout)["id"] == first.id
     st = run_wml("status", "--json", f"job:{first.id}")
     assert st.returncode == 0 and json.loads(st.stdout)["id"] == slurm.id
+    assert run_wml("jobs", "--no-refresh").stdout.splitlines()[1].startswith(f"@{slurm.id} ")
+    # a number that is only an ID: refused, naming the @N form
+    lonely = reg.add(JobRecord(site="local", scheduler="local", job_id="local-c", job_dir=str(tmp_path / "c")))
+    st = run_wml("status", str(lonely.id))
+    assert st.returncode == 2 and f"@{lonely.id} is local job local-c" in st.stderr
     # a scheduler id that is no ID is still found
     other = reg.add(JobRecord(site="local-slurm", scheduler="slurm", job_id="987654", state="FAILED", exit_code=1))
     assert reg.resolve("987654")[0].id == other.id
+
+
+def test_cancel_refuses_a_number_two_jobs_had_naming_both(run_wml, isolated_env, tmp_path):
+    reg = Registry(Path(isolated_env["XDG_DATA_HOME"]) / "wml" / "jobs.sqlite")
+    old = reg.add(JobRecord(site="local-slurm", scheduler="slurm", job_id="8", state="RUNNING", job_dir=str(tmp_path)))
+    new = reg.add(JobRecord(site="perlmutter", scheduler="slurm", job_id="8", state="PENDING", job_dir=str(tmp_path)))
+    proc = run_wml("cancel", "8")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "8 could mean 2 jobs" in proc.stderr
+    assert f"perlmutter job 8 (PENDING, @{new.id})" in proc.stderr and f"local-slurm job 8 (RUNNING, @{old.id})" in proc.stderr
+    st = run_wml("status", "--json", "--", "8")     # status takes the newest, and names the other
+    assert f"also local-slurm job 8" in st.stderr and f"(@{old.id})" in st.stderr
 
 
 def test_a_bad_kill_wait_is_one_line_before_any_job_is_recorded(run_wml, tmp_path):

@@ -83,6 +83,10 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
     from ..jobs.lifecycle import record_submission
     from ..submit import submit
 
+    if plan.site.scheduler != "local":     # a missing sbatch/bsub/qsub: no run directory left behind
+        from ..submit import check_tool, submit_command
+
+        check_tool(plan.scheduler, submit_command(plan)[0])
     rec = _start_run(plan, chain)
     results, previous = [], None
     local = plan.site.scheduler == "local"

@@ -162,6 +162,11 @@ def run_cli(argv: Sequence[str]) -> int:
         return 0
     from .plan import build_plan
 
+    check_only = opts.check and not opts.program and not opts.dry_run
+    if check_only:        # `ddlrun --check`: the hosts only, no program run after
+        import dataclasses
+
+        opts = dataclasses.replace(opts, program=(sys.executable, "-c", "pass"))
     plan = build_plan(opts, os.environ)
     for note in plan.notes:
         sys.stderr.write(f"ddlrun: {note}\n")
@@ -172,6 +177,8 @@ def run_cli(argv: Sequence[str]) -> int:
 
         if not check_hosts(plan, sys.stderr):
             return 1
+        if check_only:
+            return 0
     if opts.dry_run:
         from .runner import dry_run_text
 

@@ -54,6 +54,8 @@ class StderrRelay(threading.Thread):
         self._lock = threading.Lock()
         self._exits: List[RankExit] = []
         self._up: set = set()
+        self.no_horovod = False     # a rank said "No module named 'horovod'"
+        self.openmpi_root = False   # Open MPI's mpirun refused to run as root
 
     def run(self) -> None:
         broken = False
@@ -66,7 +68,13 @@ class StderrRelay(threading.Thread):
             elif up is not None:
                 with self._lock:
                     self._up.add(up)
-            elif not broken:
+            else:
+                if not self.no_horovod and b"No module named 'horovod" in line:
+                    self.no_horovod = True
+                if b"has detected an attempt to run as root" in line:
+                    self.openmpi_root = True
+                if broken:
+                    continue
                 try:
                     while line:
                         line = line[os.write(self.fd, line):]
@@ -249,11 +257,28 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
     if code < 0:
         code = 128 - code
-    return final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)))
+    try:
+        from ddl_runtime.horovod.shim import SHIM_DIR
+        shim = str(SHIM_DIR) in env.get("PYTHONPATH", "")
+    except ImportError:       # no hint rather than a wrong one
+        shim = True
+    return final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)), horovod_shim=shim)
 
 
 def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
-                 chained: bool = False) -> int:
+                 chained: bool = False, horovod_shim: bool = True) -> int:
+    """``_final_status``, and a hint when Open MPI refused to run as root."""
+    status = _final_status(relay, code, ranks, err, chained, horovod_shim)
+    if status != 0 and relay.openmpi_root:
+        _say(err, "ddlrun: hint: that is Open MPI refusing to run as root (the system's MPI, found because the env "
+                  "has none): install pip's MPICH into the env (pip install '.[mpi]': mpi4py and mpich), which "
+                  "runs as root, or run as another user (Open MPI's own override: OMPI_ALLOW_RUN_AS_ROOT=1 "
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)")
+    return status
+
+
+def _final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
+                  chained: bool = False, horovod_shim: bool = True) -> int:
     """ddlrun's exit status from the ranks' reports and the launcher's own status `code`.
 
     A rank that failed first decides it.  Else, once a rank exited EXIT_RESUME (the checkpoint
@@ -270,6 +295,9 @@ def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextI
     first = relay.first_failure()
     if first is not None:
         _say(err, f"ddlrun: rank {first.rank} failed first, with exit status {first.code}")
+        if relay.no_horovod and not horovod_shim:
+            _say(err, "ddlrun: hint: a rank found no module named 'horovod': `ddlrun --horovod` (or WML_HOROVOD=1; "
+                      "`wml submit --horovod`) runs a Horovod script unchanged on ddl_runtime's Horovod API")
         return first.code
     stopped = relay.resumable()
     missing = relay.still_running(ranks) if ranks else []

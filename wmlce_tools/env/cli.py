@@ -46,7 +46,7 @@ def _one_line_errors(fn: F) -> F:
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.split(".")[0] in ENV_EXTRA_MODULES:
                 _fail(f"wml env needs the 'env' extra (py-rattler, conda-lock, conda-pack): "
-                      f"pip install 'wml[env]' (missing: {exc.name})")
+                      f"pip install '.[env]' in the wml checkout (missing: {exc.name})")
             raise
         except OSError as exc:  # disk full, permission denied, ... while doing the work
             where = f"{exc.filename}: " if exc.filename else ""
@@ -200,12 +200,18 @@ def verify_cmd(
     env: str = typer.Argument(..., help="Env name or path."),
     imports: List[str] = typer.Option([], "--import", help="Module to import (default: the spec's imports)."),
 ) -> None:
-    """Check every package file's sha256 and that the spec's imports work."""
-    from wmlce_tools.env.locations import resolve_env
-    from wmlce_tools.env.verify import verify_env
+    """Check every package file's sha256 and that the spec's imports work (a virtualenv, by
+    path: the files pip's RECORD lists, its scripts' python, and --import)."""
+    from wmlce_tools.env.activation import is_venv
+    from wmlce_tools.env.locations import looks_like_path, resolve_env
+    from wmlce_tools.env.verify import verify_env, verify_venv
 
-    prefix = resolve_env(env)
-    report = verify_env(prefix, imports or None)
+    given = Path(env).expanduser().absolute()
+    if (looks_like_path(env) or Path(env).is_absolute()) and is_venv(given):
+        prefix, report = given, verify_venv(given, imports or None)     # a virtualenv, as --env takes one
+    else:
+        prefix = resolve_env(env)
+        report = verify_env(prefix, imports or None)
     for fp in report.file_problems:
         shared = f"; {fp.shared}" if fp.shared else ""
         typer.echo(f"{fp.package}: {fp.path}: {fp.problem}{shared}")
@@ -222,6 +228,9 @@ def verify_cmd(
     if not report.ok:
         repair = (f"; to repair: wml env repair {env} (puts the packages' own files back), or re-create the env"
                   if report.file_problems else "")
+        if report.file_problems and is_venv(prefix):
+            names = " ".join(sorted({fp.package for fp in report.file_problems}))
+            repair = f"; to repair: {prefix}/bin/python -m pip install --force-reinstall --no-deps {names}"
         _fail(f"{prefix}: {len(report.file_problems)} file problem(s), "
               f"{len(report.pip_problems)} pip script problem(s), "
               f"{len(report.import_problems)} failed import(s){repair}", 1)

@@ -105,7 +105,7 @@ def check_files(prefix: Path, report: VerifyReport) -> None:
                 report.file_problems.append(_mismatch(pkg, rel, path, rec))
 
 
-def check_pip_scripts(prefix: Path, report: VerifyReport) -> None:
+def check_pip_scripts(prefix: Path, report: VerifyReport, owned: set[str] | None = None) -> None:
     """pip-installed scripts must run this env's python.
 
     This is what ``conda create --clone`` got wrong for WML CE: it copied pip's console
@@ -114,7 +114,8 @@ def check_pip_scripts(prefix: Path, report: VerifyReport) -> None:
     from wmlce_tools.env.installed import owned_files, pip_dists
 
     root = prefix.resolve()
-    for dist in pip_dists(prefix, owned_files(conda_records(prefix))):
+    owned = owned_files(conda_records(prefix)) if owned is None else owned     # a venv: no conda records
+    for dist in pip_dists(prefix, owned):
         for f in dist.files:
             try:
                 rel = f.relative_to(root)
@@ -164,4 +165,40 @@ def verify_env(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
         if not all(part.isidentifier() for part in module.split(".")):
             report.import_problems.append(ImportProblem(module, "not a module name"))
     check_imports(prefix, [m for m in imports if all(p.isidentifier() for p in m.split("."))], report)
+    return report
+
+
+def verify_venv(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
+    """``wml env verify`` of a virtualenv (what ``--env`` also takes): every file pip's RECORD
+    lists with a sha256 present and intact, pip's scripts run this env's python, and the
+    ``--import`` modules import."""
+    import base64
+    import hashlib
+
+    from importlib.metadata import PathDistribution
+
+    from wmlce_tools.env.installed import site_packages_dirs
+
+    report = VerifyReport(prefix=prefix)
+    for sp in site_packages_dirs(prefix):
+        for dist_info in sorted(sp.glob("*.dist-info")):
+            dist = PathDistribution(dist_info)
+            name = f"{dist.metadata['Name']}=={dist.version}"
+            report.packages += 1
+            for f in dist.files or ():
+                if f.hash is None or f.hash.mode != "sha256":
+                    continue
+                path = Path(dist.locate_file(f))
+                report.files_checked += 1
+                if not path.is_file():
+                    report.file_problems.append(FileProblem(name, str(f), "missing"))
+                    continue
+                digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+                if digest != f.hash.value:
+                    report.file_problems.append(FileProblem(name, str(f), "sha256 mismatch", os.stat(path).st_nlink))
+    check_pip_scripts(prefix, report, owned=set())
+    for module in imports or []:
+        if not all(part.isidentifier() for part in module.split(".")):
+            report.import_problems.append(ImportProblem(module, "not a module name"))
+    check_imports(prefix, [m for m in imports or [] if all(p.isidentifier() for p in m.split("."))], report)
     return report

@@ -6,9 +6,9 @@ they are (``register(app)`` does exactly that)::
     from .jobs.cli import register as register_job_commands
     register_job_commands(app)
 
-JOB is the ID column of ``wml jobs`` (a bare number is that first), the scheduler's job id
-(what sbatch/bsub/qsub printed; ``job:N`` when it is a bare number that is also an ID), or a
-run id (``wml-job-20261126-091855``, what ``wml submit --chain`` and ``wml jobs`` print).
+JOB is the scheduler's job id (what ``wml submit`` printed, what sbatch/bsub/qsub said), the ID
+column of ``wml jobs`` (``@N``: a form no scheduler's id takes), or a run id
+(``wml-job-20261126-091855``, what ``wml submit --chain`` and ``wml jobs`` print).
 """
 
 import json
@@ -21,7 +21,7 @@ from typing_extensions import Annotated
 
 from ..errors import WmlError
 
-Job = Annotated[str, typer.Argument(help="Job: the ID column of `wml jobs`, the scheduler's id as submit printed it (job:N when a bare number is also an ID), or a run id (wml-job-YYYYMMDD-HHMMSS).")]
+Job = Annotated[str, typer.Argument(help="Job: the id wml submit printed (the scheduler's), the ID column of `wml jobs` (@N), or a run id (wml-job-YYYYMMDD-HHMMSS).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -81,7 +81,7 @@ def jobs_cmd(as_json: AsJson = False,
             continue
         view = chain_of(r, reg, refresh=False)     # a segment of a chained run: the run, then its segments
         if view is None:
-            rows.append([str(r.id), r.job_id, r.site, r.name, r.state.value,
+            rows.append([f"@{r.id}", r.job_id, r.site, r.name, r.state.value,
                          "-" if r.exit_code is None else str(r.exit_code), "-", _fmt_time(r.submitted_at), r.output])
             continue
         if view.rec.run_id in shown_runs:
@@ -93,7 +93,7 @@ def jobs_cmd(as_json: AsJson = False,
                      str(view.run_dir)])
         for s in view.segments:
             j = s.job
-            rows.append([str(j.id) if j else "-", f"  {s.index}/{view.rec.length} {j.job_id if j else '-'}", r.site,
+            rows.append([f"@{j.id}" if j else "-", f"  {s.index}/{view.rec.length} {j.job_id if j else '-'}", r.site,
                          r.name, s.state, "-" if j is None or j.exit_code is None else str(j.exit_code),
                          "-" if s.step is None else str(s.step), _fmt_time(j.submitted_at) if j else "-",
                          j.output if j else "-"])
@@ -152,6 +152,12 @@ def cancel_cmd(job: Job) -> None:
     from .lifecycle import CANCEL_FINISHED, CANCEL_UNKNOWN, cancel, find
     from ..schedulers import SchedulerError
 
+    from .registry import Registry
+
+    both = Registry().ambiguous(job)
+    if both:
+        named = "; ".join(f"{r.site} job {r.job_id} ({r.state.value}, @{r.id})" for r in both)
+        raise WmlError(f"{job} could mean {len(both)} jobs: {named}; say which: wml cancel @N")
     rec = find(job)
     from ..sweep.view import sweep_of
 

@@ -92,8 +92,8 @@ def record_local_start(result, plan, registry: Optional[Registry] = None,
         return None
     seg = plan.segment if plan is not None else None
     what = f"run {seg.chain.run_id}, segment {seg.index} of {seg.chain.length}: job" if seg is not None else "job"
-    err.write(f"wml: {what} {result.job_id} (ID {rec.id} in wml jobs) running on this machine; from another "
-              f"shell: wml status {rec.id}, wml logs -f {rec.id}, wml cancel {rec.id}\n")
+    err.write(f"wml: {what} {result.job_id} (@{rec.id} in wml jobs) running on this machine; from another "
+              f"shell: wml status @{rec.id}, wml logs -f @{rec.id}, wml cancel @{rec.id}\n")
     err.flush()
     return rec
 
@@ -110,9 +110,9 @@ def record_local_end(record: JobRecord, end, registry: Optional[Registry] = None
 
 
 def find(ref: str, registry: Optional[Registry] = None, err: TextIO = sys.stderr) -> JobRecord:
-    """The registered job a user means by ``ref`` (``Registry.resolve``: the ID column's number,
-    ``id:N``, ``job:X``, the scheduler's id, a run id); WmlError if none.  When a bare number
-    is also another job's scheduler id, a line on ``err`` says how to ask for that one."""
+    """The registered job a user means by ``ref`` (``Registry.resolve``: the scheduler's id,
+    ``@N`` / ``id:N`` for the ID column, ``job:X``, a run id); WmlError if none.  When the id
+    was given to more than one job, a line on ``err`` names the others."""
     rec, note = open_registry(registry).resolve(ref)
     if note:
         err.write(f"wml: {note}\n")

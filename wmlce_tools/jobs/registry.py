@@ -9,12 +9,12 @@ writer), every connection waits up to ``busy_timeout`` seconds for a lock, and e
 one short ``BEGIN IMMEDIATE`` transaction.  A file that is corrupted, not a registry, locked
 for too long or not writable gives one ``WmlError`` line saying what to do, never a traceback.
 
-A job is found by its local id (the registry's own number, ``wml jobs`` shows it) or by the
-scheduler's job id.  ``get`` (wml's own lookups, which hold a scheduler's id) tries the
-scheduler's id first; ``resolve`` (what a user typed: ``wml status/logs/cancel JOB``) takes a
-bare number as the ID column's first, as ``wml jobs`` shows it, and also knows a run id or job
-directory name (``wml-job-20261126-091855``).  ``id:N`` always means local id N, ``job:X`` the
-scheduler's id X.
+A job is found by its local id (the registry's own number, which ``wml jobs`` shows as ``@N``:
+no scheduler writes an id that way) or by the scheduler's job id.  ``get`` (wml's own lookups,
+which hold a scheduler's id) tries the scheduler's id first; ``resolve`` (what a user typed:
+``wml status/logs/cancel JOB``) reads a job number one way: as the scheduler's id, the one submit
+printed; ``@N`` (or ``id:N``) is the local id, and it also knows a run id or job directory name
+(``wml-job-20261126-091855``).  ``job:X`` is the scheduler's id X too.
 """
 from __future__ import annotations
 
@@ -102,6 +102,19 @@ def default_path(env=os.environ) -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("wml", appauthor=False)) / "jobs.sqlite"
+
+
+def local_id(text: str) -> Optional[int]:
+    """N of ``@N`` or ``id:N`` (the ID column of ``wml jobs``), else None."""
+    text = str(text).strip()
+    for prefix in ("@", "id:", "ID:"):
+        if text.startswith(prefix) and text[len(prefix):].strip().isdigit():
+            return int(text[len(prefix):].strip())
+    return None
+
+
+def _when(t: Optional[float]) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t else "at an unknown time"
 
 
 class Registry:
@@ -255,8 +268,8 @@ class Registry:
         if isinstance(ref, int):
             return db.execute(f"SELECT * FROM jobs WHERE id = ?{site_sql}", [ref, *site_args]).fetchone()
         text = str(ref).strip()
-        if text.lower().startswith("id:") and text[3:].strip().isdigit():
-            return db.execute(f"SELECT * FROM jobs WHERE id = ?{site_sql}", [int(text[3:]), *site_args]).fetchone()
+        if local_id(text) is not None:
+            return db.execute(f"SELECT * FROM jobs WHERE id = ?{site_sql}", [local_id(text), *site_args]).fetchone()
         # The scheduler's id first (the newest such job: ids repeat after a cluster is reset) ...
         row = db.execute(f"SELECT * FROM jobs WHERE job_id = ?{site_sql} ORDER BY id DESC LIMIT 1",
                          [text, *site_args]).fetchone()
@@ -266,32 +279,49 @@ class Registry:
         return row
 
     def resolve(self, text: str) -> "tuple[JobRecord, str]":
-        """The job a user means by ``text``, and a note ('' when none) when a bare number is
-        both an ID in ``wml jobs`` and another job's scheduler id (the ID wins; ``job:N`` asks
-        for the scheduler's).  Forms: ``id:N``, ``job:X``, N, the scheduler's id, a run id
-        (a chain's first segment, from which its run is shown) or a job directory's name."""
+        """The job a user means by ``text``, and a note ('' when none) naming the other jobs
+        that had the same scheduler id (the newest is taken; ``ambiguous`` lists them all).
+        Forms: the scheduler's id as submit printed it (``job:X`` too), ``@N`` or ``id:N`` (the
+        ID column of ``wml jobs``), a run id (a chain's first segment, from which its run is
+        shown) or a job directory's name.  A bare number is never the ID column's."""
         text = str(text).strip()
-        low = text.lower()
+        local = local_id(text)
         with self._db() as db:
-            note = ""
-            if low.startswith("job:") and text[4:].strip():
-                row = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC LIMIT 1",
-                                 (text[4:].strip(),)).fetchone()
-            elif text.isdigit():
-                row = db.execute("SELECT * FROM jobs WHERE id = ?", (int(text),)).fetchone()
-                other = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC LIMIT 1", (text,)).fetchone()
+            if local is not None:
+                row = db.execute("SELECT * FROM jobs WHERE id = ?", (local,)).fetchone()
                 if row is None:
-                    row = other
-                elif other is not None and other["id"] != row["id"]:
-                    note = (f"{text} is ID {text} in `wml jobs` ({row['site']} job {row['job_id']}); for "
-                            f"{other['site']} job {text} say job:{text}")
-            else:
-                row = self._find(db, text, None)
-                if row is None and "/" not in text:
-                    row = self._by_directory(db, text)
-        if row is None:
+                    raise self._unknown(text)
+                return self._record(row), ""
+            key = text[4:].strip() if text.lower().startswith("job:") and text[4:].strip() else text
+            rows = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC", (key,)).fetchall()
+            if not rows and key == text and "/" not in text:
+                row = self._by_directory(db, text)
+                rows = [row] if row is not None else []
+            if not rows and text.isdigit():
+                row = db.execute("SELECT * FROM jobs WHERE id = ?", (int(text),)).fetchone()
+                if row is not None:
+                    raise WmlError(f"no job with scheduler id {text} in the registry; `wml jobs` writes its own "
+                                   f"IDs @N: @{text} is {row['site']} job {row['job_id']}")
+        if not rows:
             raise self._unknown(text)
-        return self._record(row), note
+        note = ""
+        if len(rows) > 1:
+            others = ", ".join(f"{r['site']} job {r['job_id']} submitted {_when(r['submitted_at'])} (@{r['id']})"
+                               for r in rows[1:])
+            note = (f"{key} is the newest of {len(rows)} jobs with that id, {rows[0]['site']} (@{rows[0]['id']}); "
+                    f"also {others}")
+        return self._record(rows[0]), note
+
+    def ambiguous(self, text: str) -> List[JobRecord]:
+        """Every job ``text`` could mean (more than one: the same scheduler id on two sites,
+        or again after a cluster was reset); [] for an @N."""
+        text = str(text).strip()
+        if local_id(text) is not None:
+            return []
+        key = text[4:].strip() if text.lower().startswith("job:") else text
+        with self._db() as db:
+            rows = db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY id DESC", (key,)).fetchall()
+        return [self._record(r) for r in rows] if len(rows) > 1 else []
 
     @staticmethod
     def _by_directory(db: sqlite3.Connection, name: str) -> Optional[sqlite3.Row]:

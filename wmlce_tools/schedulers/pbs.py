@@ -47,10 +47,14 @@ CONTROLLER = Controller(
 WALLTIME_CODES = {-29}
 
 
-def resource_list(site, nodes: int, minutes: int) -> List[str]:
-    """The ``-l`` resources of a job: select, place, walltime, filesystems."""
-    out = [":".join([f"select={nodes}", *site.pbs.select]), f"place={site.pbs.place}",
-           f"walltime={hhmmss(minutes)}"]
+def resource_list(site, nodes: int, minutes: int, passed=None) -> List[str]:
+    """The ``-l`` resources of a job: select, place, walltime, filesystems (``passed``: the
+    Passthrough's chunk resources, --mem, and place, --exclusive)."""
+    place = site.pbs.place
+    if passed is not None and passed.pbs_place and passed.pbs_place not in place.split(":"):
+        place = f"{place}:{passed.pbs_place}"
+    select = [f"select={nodes}", *site.pbs.select, *(passed.pbs_select if passed is not None else ())]
+    out = [":".join(select), f"place={place}", f"walltime={hhmmss(minutes)}"]
     if site.pbs.filesystems:
         out.append(f"filesystems={site.pbs.filesystems}")
     return out

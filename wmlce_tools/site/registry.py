@@ -3,6 +3,7 @@ directory of ``WML_SITE_PATH`` (later ones add to or override earlier ones by na
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional
@@ -33,13 +34,33 @@ def search_dirs(env: Mapping[str, str] = os.environ) -> list[Path]:
 
 
 def known_sites(env: Mapping[str, str] = os.environ) -> Dict[str, KnownSite]:
+    """The profiles that load; a file that does not is one warning (once per process), and an
+    error only when its site is used (``get_site``)."""
+    return _load(env)[0]
+
+
+_warned: set = set()
+
+
+def _load(env: Mapping[str, str], using: Optional[str] = None):
+    """(sites by name, the error of each file that does not load, by the site it would name:
+    its file's stem); ``using``: the site asked for, whose file's error is no warning."""
     sites: Dict[str, KnownSite] = {}
+    broken: Dict[str, WmlError] = {}
     for d in search_dirs(env):
         for f in site_files(d):
-            prof = load_site_file(f)
+            try:
+                prof = load_site_file(f)
+            except WmlError as e:
+                broken[f.stem] = e
+                if str(f) not in _warned and f.stem != using:
+                    _warned.add(str(f))
+                    sys.stderr.write(f"wml: warning: site file skipped: {e}\n")
+                continue
             sites[prof.name] = KnownSite(prof, f)
+            broken.pop(prof.name, None)
     flush_cache()
-    return sites
+    return sites, broken
 
 
 def _finish(profile: SiteProfile) -> SiteProfile:
@@ -50,7 +71,9 @@ def _finish(profile: SiteProfile) -> SiteProfile:
 
 
 def get_site(name: str, env: Mapping[str, str] = os.environ) -> SiteProfile:
-    sites = known_sites(env)
+    sites, broken = _load(env, using=name)
+    if name in broken:          # the site asked for is the one whose file is malformed
+        raise broken[name]
     if name not in sites:
         import difflib
 

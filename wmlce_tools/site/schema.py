@@ -82,6 +82,7 @@ class QueueSpec(_Strict):
     walltime_bins: Annotated[List[WalltimeBin], Meta(description="smaller jobs may have shorter limits; the first bin whose max_nodes fits applies")] = []
     description: str = ""
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs for jobs in this queue (Theta debug-flat-quad: mcdram=flat:numa=quad); default the site's")] = None
+    interactive_only: Annotated[bool, Meta(description="only for interactive allocations (NERSC's interactive QOS): wml submit --interactive takes it when no -q is given, a batch job never")] = False
 
     def __post_init__(self) -> None:
         _check_walltime(self.max_walltime, "max_walltime")
@@ -155,6 +156,13 @@ class StageEnvOptions(_Strict):
     docs: Annotated[List[str], Meta(description="the centre's page for the place")] = []
 
 
+class JobDefaults(_Strict):
+    """What a job on this site gets when its options do not say (a user's own copy of the
+    profile on WML_SITE_PATH sets them: ``defaults: {account: m1234}``)."""
+
+    account: Annotated[Optional[str], Meta(description="-A/--account (-P/--project) for every job that gives none")] = None
+
+
 class SweepOptions(_Strict):
     """How ``wml sweep`` runs many trials here: as the scheduler's job array (one job per trial,
     ``--max-running`` at once) or packed into one allocation (the trials placed on its nodes and
@@ -182,6 +190,7 @@ class SiteProfile(_Strict):
     gpu_binding: Annotated[Literal["per-rank", "local-rank"], Meta(description="per-rank: each rank sees only its GPUs (CUDA_VISIBLE_DEVICES); "
                       "local-rank: all GPUs visible, the runtime picks by local rank")] = "per-rank"
     modules: Annotated[List[str], Meta(description="modules loaded in every job script")] = []
+    python_module: Annotated[Optional[str], Meta(description="the module whose python a job runs when it has no --env and no env was active at submit (Summit: ibm-wml-ce), when the job loads it (modules, --module); none: such a job is refused")] = None
     environment: Annotated[Dict[str, str], Meta(description="variables exported in every job")] = {}
     alloc_flags: Annotated[Optional[str], Meta(description="LSF #BSUB -alloc_flags (e.g. smt4)")] = None
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
@@ -194,6 +203,7 @@ class SiteProfile(_Strict):
     chain: ChainOptions = ChainOptions()
     detect: DetectSpec = DetectSpec()
     stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
+    defaults: JobDefaults = JobDefaults()
     sweep: SweepOptions = SweepOptions()
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 

@@ -147,7 +147,10 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
         nodes=nodes, walltime=req.walltime, walltime_s=req.walltime_s, queue=req.queue, project=req.project,
         job_name=req.job_name, output=req.output, error=req.error, after=req.after, conda_env=req.conda_env,
         modules=req.modules, exports=req.exports, alloc_flags=req.alloc_flags, stage_env=req.stage_env,
-        threads_per_core=req.threads_per_core)
+        threads_per_core=req.threads_per_core,
+        # what the allocation asks the scheduler beside its nodes (passthrough.py: --mem, --directive, ...)
+        mem=req.mem, exclusive=req.exclusive, reservation=req.reservation, mail=req.mail, begin=req.begin,
+        constraint=req.constraint, directives=req.directives)
     alloc_plan = plan_job(site, alloc_req, program, jobdir=jobdir, workdir=workdir, preview=preview)
     node = alloc_plan.layout.node_spec
     alloc = Allocation(nodes=nodes, gpus_per_node=node.gpus, cores_per_node=node.cores)

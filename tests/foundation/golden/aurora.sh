@@ -22,6 +22,6 @@ export OMP_NUM_THREADS=8
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   mpiexec -n 24 --ppn 12 --cpu-bind=list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env OMP_NUM_THREADS=8 python /work/proj/train.py --epochs 3
+#   mpiexec -n 24 --ppn 12 --cpu-bind=list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env OMP_NUM_THREADS=8 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site aurora -n 24 --ranks-per-node 12 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py --epochs 3
+{ddlrun} --site aurora -n 24 --ranks-per-node 12 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3

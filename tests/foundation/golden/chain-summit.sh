@@ -53,9 +53,9 @@ wml_stop() {
 }
 trap wml_stop USR1
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed python /work/proj/train.py --epochs 3
+#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} /work/proj/train.py --epochs 3
 cd /work/proj
-(trap '' USR1; exec {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- python /work/proj/train.py --epochs 3) &
+(trap '' USR1; exec {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3) &
 wml_ddlrun=$!
 if [ -n "$wml_stopping" ]; then wml_forward; fi
 while :; do     # a trapped signal interrupts `wait`: wait again for ddlrun's own status

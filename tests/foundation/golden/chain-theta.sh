@@ -53,9 +53,9 @@ trap wml_stop USR1
 (exec </dev/null >/dev/null 2>&1; sleep 3300; kill -s USR1 $$) &
 wml_timer=$!
 # ddlrun recomputes this layout inside the allocation and runs:
-#   aprun -n 128 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 -e WML_CHECKPOINT_DIR=/scratch/ckpt -e WML_STOP_SIGNAL=USR1 -e WML_CHAIN_SEGMENT=2 -e WML_CHAIN_LENGTH=3 -e WML_RUN_ID=train-20250101-000000 python /work/proj/train.py --epochs 3
+#   aprun -n 128 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 -e WML_CHECKPOINT_DIR=/scratch/ckpt -e WML_STOP_SIGNAL=USR1 -e WML_CHAIN_SEGMENT=2 -e WML_CHAIN_LENGTH=3 -e WML_RUN_ID=train-20250101-000000 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-(trap '' USR1; exec {ddlrun} --site theta -n 128 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x128x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- python /work/proj/train.py --epochs 3) &
+(trap '' USR1; exec {ddlrun} --site theta -n 128 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x128x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3) &
 wml_ddlrun=$!
 if [ -n "$wml_stopping" ]; then wml_forward; fi
 while :; do     # a trapped signal interrupts `wait`: wait again for ddlrun's own status

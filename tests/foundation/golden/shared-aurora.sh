@@ -21,6 +21,6 @@ export OMP_NUM_THREADS=4
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   mpiexec -n 48 --ppn 24 --cpu-bind=list:1-4:5-8:9-12:13-16:17-20:21-24:25-28:29-32:33-36:37-40:41-44:45-48:53-56:57-60:61-64:65-68:69-72:73-76:77-80:81-84:85-88:89-92:93-96:97-100 --env OMP_NUM_THREADS=4 python /work/proj/train.py --epochs 3
+#   mpiexec -n 48 --ppn 24 --cpu-bind=list:1-4:5-8:9-12:13-16:17-20:21-24:25-28:29-32:33-36:37-40:41-44:45-48:53-56:57-60:61-64:65-68:69-72:73-76:77-80:81-84:85-88:89-92:93-96:97-100 --env OMP_NUM_THREADS=4 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site aurora -n 48 --ranks-per-node 24 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 4 --threads-per-core 1 --mode p:24x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py --epochs 3
+{ddlrun} --site aurora -n 48 --ranks-per-node 24 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 4 --threads-per-core 1 --mode p:24x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3

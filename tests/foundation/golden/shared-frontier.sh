@@ -27,6 +27,6 @@ export OMP_NUM_THREADS=3
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 32 --ntasks-per-node=16 --cpus-per-task=3 --threads-per-core=1 --gpus-per-node=8 --cpu-bind=cores --kill-on-bad-exit=1 python /work/proj/train.py --epochs 3
+#   srun -N 2 -n 32 --ntasks-per-node=16 --cpus-per-task=3 --threads-per-core=1 --gpus-per-node=8 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site frontier -n 32 --ranks-per-node 16 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 1 --mode p:16x2x1x1 -x MIOPEN_USER_DB_PATH -x MIOPEN_CUSTOM_CACHE_DIR -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -- python /work/proj/train.py --epochs 3
+{ddlrun} --site frontier -n 32 --ranks-per-node 16 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 1 --mode p:16x2x1x1 -x MIOPEN_USER_DB_PATH -x MIOPEN_CUSTOM_CACHE_DIR -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3

@@ -19,6 +19,6 @@ export OMP_NUM_THREADS=12
 
 echo "wml: job ${LSB_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 12 -a 2 -c 6 -g 1 -r 6 -b packed:3 -d packed python /work/proj/train.py --epochs 3
+#   jsrun -n 12 -a 2 -c 6 -g 1 -r 6 -b packed:3 -d packed {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site summit -n 24 --ranks-per-node 12 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 4 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py --epochs 3
+{ddlrun} --site summit -n 24 --ranks-per-node 12 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 4 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3

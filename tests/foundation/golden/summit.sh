@@ -19,6 +19,6 @@ export OMP_NUM_THREADS=28
 
 echo "wml: job ${LSB_JOBID:-?} (ddl_test) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 108 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed python /work/proj/train.py --epochs 3
+#   jsrun -n 108 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site summit -n 108 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x18x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py --epochs 3
+{ddlrun} --site summit -n 108 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x18x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
