@@ -75,8 +75,8 @@ def _base_dir() -> Path:
 def plan(program: Sequence[str], trials, *, max_running: Optional[int] = None, pack: Optional[int] = None,
          preview: bool = False, run_dir: Optional[Path] = None, opts=None, **options):
     """The checked SweepPlan of ``program`` over ``trials`` (nothing written)."""
-    from .sweep.plan import SweepOptions, plan_sweep
-    from .sweep.submit import new_run_dir
+    from .sweeps.plan import SweepOptions, plan_sweep
+    from .sweeps.submit import new_run_dir
 
     sweep_opts = SweepOptions(max_running=max_running, pack=pack)   # checked before the site
     profile, req = request(job_options(opts, **options))
@@ -88,8 +88,8 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
           seeds: Optional[int] = None, max_running: Optional[int] = None, pack: Optional[int] = None,
           out: Callable[[str], None] = sys.stdout.write, **options) -> "Sweep":
     """Submit ``program`` (``{name}`` fields in its arguments) once per trial of the grid."""
-    from .sweep.grid import build_trials
-    from .sweep.submit import submit_sweep
+    from .sweeps.grid import build_trials
+    from .sweeps.submit import submit_sweep
 
     trials = build_trials(params, params_file, seeds)
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
@@ -101,11 +101,11 @@ def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write)
     """Submit again only the trials of ``run`` that failed, were cancelled or never ran."""
     from .resources import ResourceRequest
     from .site.registry import choose_site
-    from .sweep import record
-    from .sweep.grid import Trial
-    from .sweep.plan import SweepOptions, plan_sweep
-    from .sweep.submit import submit_sweep
-    from .sweep.view import find_run
+    from .sweeps import record
+    from .sweeps.grid import Trial
+    from .sweeps.plan import SweepOptions, plan_sweep
+    from .sweeps.submit import submit_sweep
+    from .sweeps.view import find_run
 
     v = find_run(str(run))
     if v.live:
@@ -144,8 +144,8 @@ class Sweep:
         return self.run_dir.name
 
     def view(self, refresh: bool = True):
-        from .sweep import record
-        from .sweep.view import view
+        from .sweeps import record
+        from .sweeps.view import view
 
         return view(self.run_dir, record.require(self.run_dir), refresh=refresh)
 
@@ -166,7 +166,7 @@ class Sweep:
             time.sleep(poll_s)
 
     def logs(self, trial: int = 0) -> str:
-        from .sweep import record
+        from .sweeps import record
 
         path = record.trial_dir(self.run_dir, trial) / record.OUTPUT_FILE
         try:
@@ -194,7 +194,7 @@ class Sweep:
 
     def results(self, timeout: Optional[float] = None) -> List[Any]:
         self.wait(timeout)
-        from .sweep import record
+        from .sweeps import record
 
         n = record.require(self.run_dir).size
         return [_load_result(self.run_dir, i, self.logs(i)) for i in range(n)]
@@ -206,7 +206,7 @@ Job = Sweep
 def _load_result(run_dir: Path, trial: int, logs: str) -> Any:
     import cloudpickle
 
-    from .sweep import record
+    from .sweeps import record
 
     path = record.trial_dir(run_dir, trial) / record.RESULT_FILE
     try:
@@ -230,8 +230,8 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
                   out: Callable[[str], None] = None, **options) -> Sweep:
     import cloudpickle
 
-    from .sweep.grid import Trial
-    from .sweep.submit import submit_sweep, write_run_dir
+    from .sweeps.grid import Trial
+    from .sweeps.submit import submit_sweep, write_run_dir
 
     if not callable(fn):
         raise WmlError(f"submit: {fn!r} is neither a program (a list of words or a path) nor a function")
@@ -270,8 +270,8 @@ def _words(args) -> List[str]:
 
 
 def _submit_program(program: List[str], out: Callable[[str], None] = None, **options) -> Sweep:
-    from .sweep.grid import Trial
-    from .sweep.submit import submit_sweep
+    from .sweeps.grid import Trial
+    from .sweeps.submit import submit_sweep
 
     sp = plan(program, [Trial(0, ())], **options)
     result = submit_sweep(sp, out=out or sys.stdout.write)

@@ -126,7 +126,7 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     its walltime (-t: SIGTERM, then SIGKILL 30 s later; TIMEOUT), and `wml jobs/status/logs -f/
     cancel` see it while it runs."""
     from .jobscript import render_script
-    from .submit import submit as do_submit, submit_command_text
+    from .submission import submit as do_submit, submit_command_text
 
     _check_no_option(program)
     if script is not None:

@@ -188,7 +188,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     from .chain.spec import check_length
     from .jobscript import plan_job
     from .site.registry import choose_site
-    from .submit import new_jobdir
+    from .submission import new_jobdir
     from .walltime import two_part_reading
 
     export = _horovod_exports(opts.export, opts.horovod, opts.lms) or []

@@ -90,7 +90,7 @@ def submit_script(site, path: str, *, dry_run: bool = False, jobs_base: Optional
                   out: Callable[[str], None] = sys.stdout.write):
     """Submit the hand-written script; returns the SubmitResult (None for a dry run)."""
     from .schedulers import SchedulerError, get_scheduler
-    from .submit import SUBMIT_TIMEOUT_S, SubmitResult, new_jobdir
+    from .submission import SUBMIT_TIMEOUT_S, SubmitResult, new_jobdir
 
     text, name, output = read_script(site, path)
     sched = get_scheduler(site.scheduler)
@@ -106,7 +106,7 @@ def submit_script(site, path: str, *, dry_run: bool = False, jobs_base: Optional
         return None
     if not local:
         from .schedulers.commands import connect_seconds
-        from .submit import check_tool
+        from .submission import check_tool
 
         connect_seconds()
         check_tool(sched, argv[0])
@@ -141,7 +141,7 @@ def _run_here(site, sched, jobdir: Path, name: str, command: str, workdir: Path,
 
     from .jobs.lifecycle import record_local_end, record_local_start
     from .schedulers.local_run import run_script
-    from .submit import SubmitResult
+    from .submission import SubmitResult
 
     job_id = f"local-{jobdir.name}"
     log = jobdir / "output.log"

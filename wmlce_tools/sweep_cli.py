@@ -50,9 +50,9 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     """Submit PROGRAM once per trial of the grid; its results gather in one run directory
     (wml sweep show RUN).  On the local site the trials run now, packed on emulated nodes."""
     from . import api
-    from .submit import submit_command_text
-    from .sweep.grid import build_trials
-    from .sweep.submit import submit_sweep
+    from .submission import submit_command_text
+    from .sweeps.grid import build_trials
+    from .sweeps.submit import submit_sweep
 
     check_no_option(program)
     trials = build_trials(param or (), params_file, seeds)
@@ -76,7 +76,7 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     if as_json:
         typer.echo(json.dumps({**info, "job_id": result.job_id}))
     if sp.plan.site.scheduler == "local":
-        from .sweep.view import view
+        from .sweeps.view import view
 
         v = view(sp.run_dir, sp.record.__class__(**{**sp.record.__dict__, "job_ids": [result.job_id]}), refresh=False)
         typer.echo(f"wml: sweep {sp.record.run_id} finished: {v.count_text()}; wml sweep show {sp.record.run_id}", err=True)
@@ -95,7 +95,7 @@ def show_cmd(run: RUN,
     """Each trial's parameters, state, exit status, walltime and metrics (the last JSON object
     line its rank 0 printed), and a failed trial's last lines."""
     from .errors import WmlError
-    from .sweep.view import find_run, render
+    from .sweeps.view import find_run, render
 
     if fmt not in ("table", "csv", "json"):
         raise WmlError(f"--format {fmt}: expected table, csv or json")

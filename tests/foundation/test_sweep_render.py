@@ -17,8 +17,8 @@ from helpers.job_output import assert_golden, directives
 
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
-from wmlce_tools.sweep.grid import build_trials
-from wmlce_tools.sweep.plan import SweepOptions, plan_sweep
+from wmlce_tools.sweeps.grid import build_trials
+from wmlce_tools.sweeps.plan import SweepOptions, plan_sweep
 
 GOLDEN = Path(__file__).parent / "golden"
 GRID = ["lr=0.1,0.01", "bs=32,64,128"]
@@ -71,7 +71,7 @@ def test_theta_is_packed_and_says_why(program):
     sp, script = render("theta", program, nodes=1, project="p", walltime=60)
     assert sp.mode == "packed" and "Cobalt has no job arrays" in sp.why
     assert "#COBALT -n 2" in directives(script, "#COBALT")           # 2 trials at a time, a node each
-    assert "wmlce_tools.sweep.packed /jobs/sweep1 --" in script
+    assert "wmlce_tools.sweeps.packed /jobs/sweep1 --" in script
     assert "theta's page: https://docs.alcf.anl.gov/theta/" in sp.describe()
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wmlce_tools.errors import WmlError
-from wmlce_tools.sweep.grid import build_trials, check_program, substitute
-from wmlce_tools.sweep.pack import Allocation, Need, Slots, check_fits, per_allocation
+from wmlce_tools.sweeps.grid import build_trials, check_program, substitute
+from wmlce_tools.sweeps.pack import Allocation, Need, Slots, check_fits, per_allocation
 
 
 def test_grid_is_every_combination_first_name_slowest():

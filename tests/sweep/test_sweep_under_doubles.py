@@ -19,8 +19,8 @@ HOLD = Path(__file__).resolve().parent / "programs" / "hold.py"
 def test_theta_sweep_runs_packed_two_whole_node_trials_at_a_time(isolated_env, tmp_path, monkeypatch):
     from wmlce_tools import api
     from wmlce_tools.options import JobOptions
-    from wmlce_tools.sweep.grid import build_trials
-    from wmlce_tools.sweep.submit import write_run_dir
+    from wmlce_tools.sweeps.grid import build_trials
+    from wmlce_tools.sweeps.submit import write_run_dir
 
     monkeypatch.chdir(tmp_path)
     sp = api.plan([str(HOLD), "2"], build_trials(seeds=4), max_running=2,
@@ -54,8 +54,8 @@ def test_summit_array_element_runs_its_one_trial_under_lsf(isolated_env, tmp_pat
     and only it, through ddlrun and the jsrun double."""
     from wmlce_tools import api
     from wmlce_tools.options import JobOptions
-    from wmlce_tools.sweep.grid import build_trials
-    from wmlce_tools.sweep.submit import write_run_dir
+    from wmlce_tools.sweeps.grid import build_trials
+    from wmlce_tools.sweeps.submit import write_run_dir
 
     monkeypatch.chdir(tmp_path)
     sp = api.plan([str(HOLD), "0"], build_trials(seeds=3), max_running=2,

@@ -1,4 +1,4 @@
-"""The in-job trial runner (``python -m wmlce_tools.sweep.trial``) as an array element runs it,
+"""The in-job trial runner (``python -m wmlce_tools.sweeps.trial``) as an array element runs it,
 without a scheduler: which trials an element runs (one; PBS Pro's --stride K: every Kth; LSF's
 index from 1), each trial's {name} fields and environment, its state, metrics and output, a
 failing trial not stopping the next, and SIGTERM recorded as CANCELLED."""
@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-from wmlce_tools.sweep import record
+from wmlce_tools.sweeps import record
 
-TRIAL = [sys.executable, "-m", "wmlce_tools.sweep.trial"]
+TRIAL = [sys.executable, "-m", "wmlce_tools.sweeps.trial"]
 PROG = ("import json, os, sys, time; time.sleep(float(sys.argv[2])); "
         "print('noise'); print(json.dumps({'a': sys.argv[1], 't': os.environ['WML_TRIAL'], "
         "'env_a': os.environ['WML_PARAM_A']})); sys.exit(int(sys.argv[1] == 'bad'))")

@@ -81,10 +81,10 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
     """Submit (or, on the local site, run) the segments; returns their SubmitResults, each
     already recorded in the job registry."""
     from ..jobs.lifecycle import record_submission
-    from ..submit import submit
+    from ..submission import submit
 
     if plan.site.scheduler != "local":     # a missing sbatch/bsub/qsub: no run directory left behind
-        from ..submit import check_tool, submit_command
+        from ..submission import check_tool, submit_command
 
         check_tool(plan.scheduler, submit_command(plan)[0])
     rec = _start_run(plan, chain)

@@ -64,7 +64,7 @@ def jobs_cmd(as_json: AsJson = False,
         typer.echo("no jobs yet (wml submit records them here)")
         return
     from ..chain.view import chain_of
-    from ..sweep.view import sweep_of
+    from ..sweeps.view import sweep_of
 
     rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "SUBMITTED (UTC)", "OUTPUT"]]
     shown_runs = set()
@@ -108,7 +108,7 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
     from ..schedulers import NEVER_STARTS, SchedulerError
 
     rec = find(job)
-    from ..sweep.view import status_lines, sweep_of
+    from ..sweeps.view import status_lines, sweep_of
 
     sweep = sweep_of(rec, Registry())
     if sweep is not None:      # a sweep: each trial (parameters, state, exit status, walltime)
@@ -159,7 +159,7 @@ def cancel_cmd(job: Job) -> None:
         named = "; ".join(f"{r.site} job {r.job_id} ({r.state.value}, @{r.id})" for r in both)
         raise WmlError(f"{job} could mean {len(both)} jobs: {named}; say which: wml cancel @N")
     rec = find(job)
-    from ..sweep.view import sweep_of
+    from ..sweeps.view import sweep_of
 
     sweep = sweep_of(rec)
     if sweep is not None:      # a sweep: its array or its packed allocation, every submission still live
@@ -204,7 +204,7 @@ def logs_cmd(job: Job,
 
     rec = find(job)
     if trial is not None:
-        from ..sweep.view import sweep_of, trial_logs
+        from ..sweeps.view import sweep_of, trial_logs
 
         sweep = sweep_of(rec)
         if sweep is None:

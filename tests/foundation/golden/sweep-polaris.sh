@@ -20,4 +20,4 @@ echo "wml: job ${PBS_JOBID:-?} (lr_sweep) starting on $(hostname) at $(date -u +
 # ddlrun recomputes this layout inside the allocation and runs:
 #   mpiexec -n 4 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
 cd /work/proj
-{python} -m wmlce_tools.sweep.trial /jobs/sweep1 "$PBS_ARRAY_INDEX" --stride 2 -- {ddlrun} --site polaris -n 4 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:4x1x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
+{python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$PBS_ARRAY_INDEX" --stride 2 -- {ddlrun} --site polaris -n 4 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:4x1x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'

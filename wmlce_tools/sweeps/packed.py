@@ -1,7 +1,7 @@
 """The packed runner: one allocation runs the sweep's trials, as many at once as fit (or
 ``--max-running K``), each on its own nodes / GPUs, the next starting as one ends.
 
-The job script's launch line is ``python -m wmlce_tools.sweep.packed RUN -- ddlrun ...``: the
+The job script's launch line is ``python -m wmlce_tools.sweeps.packed RUN -- ddlrun ...``: the
 trial's ddlrun line, the same Layout ``wml submit`` would give one trial.  Each trial runs
 through ``sweep.trial`` in its own process (its state, output and metrics in
 ``trials/<i>/``); where it runs is added to its ddlrun line:
@@ -105,7 +105,7 @@ def run_packed(run_dir: Path, command: Sequence[str], out=None) -> int:
             env = dict(os.environ, WML_SWEEP_ONLY=str(index), WML_TRIAL_PLACEMENT=json.dumps(placement.as_dict()))
             if placement.gpus and not need.whole and rec.scheduler != "slurm":
                 env[gpu_env] = ",".join(map(str, placement.gpus))
-            argv = [sys.executable, "-m", "wmlce_tools.sweep.trial", str(run_dir), "0", "--",
+            argv = [sys.executable, "-m", "wmlce_tools.sweeps.trial", str(run_dir), "0", "--",
                     *placed_command(command, rec.scheduler, hosts, placement)]
             running[index] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
             started = True
@@ -122,7 +122,7 @@ def run_packed(run_dir: Path, command: Sequence[str], out=None) -> int:
 
 def main_args(argv: List[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        raise WmlError("usage: python -m wmlce_tools.sweep.packed RUN -- DDLRUN-COMMAND...")
+        raise WmlError("usage: python -m wmlce_tools.sweeps.packed RUN -- DDLRUN-COMMAND...")
     return run_packed(Path(argv[0]), argv[2:])
 
 

@@ -65,7 +65,7 @@ class SweepPlan:
 
 
 def _trial_module() -> List[str]:
-    return [sys.executable, "-m", "wmlce_tools.sweep.trial"]
+    return [sys.executable, "-m", "wmlce_tools.sweeps.trial"]
 
 
 def choose_mode(site: SiteProfile, n: int, opts: SweepOptions) -> tuple:
@@ -175,7 +175,7 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     if opts.pack is None and at_once == 1 and len(todo) > 1:
         why += f" (--pack NODES or --max-running K for more)"
     rec = dataclasses.replace(rec, why=why)
-    launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweep.packed', str(run_dir)])} -- {ddlrun}"
+    launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweeps.packed', str(run_dir)])} -- {ddlrun}"
     plan = dataclasses.replace(alloc_plan, exports=(*alloc_plan.exports, *only_env),
                                sweep=SweepLaunch((), launch, None, launcher_line=sh_join(trial_plan.launcher_argv)))
     return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, -(-len(todo) // at_once))

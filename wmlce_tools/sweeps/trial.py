@@ -1,5 +1,5 @@
 """Run one trial (or every K-th from INDEX) inside a job: the job script's launch line is
-``python -m wmlce_tools.sweep.trial RUN INDEX [--stride K] -- ddlrun ... -- program {lr}``.
+``python -m wmlce_tools.sweeps.trial RUN INDEX [--stride K] -- ddlrun ... -- program {lr}``.
 
 For each trial: its ``{name}`` fields filled in, ``WML_TRIAL`` and ``WML_PARAM_<NAME>`` in the
 environment (ddlrun passes them to every rank), its output copied to
@@ -96,7 +96,7 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wmlce_tools.sweep.trial")
+    p = argparse.ArgumentParser(prog="python -m wmlce_tools.sweeps.trial")
     p.add_argument("run_dir")
     p.add_argument("index", help="the first trial (the array index)")
     p.add_argument("--stride", type=int, default=None, help="then every STRIDE-th trial after it (PBS --max-running); "
@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_args(argv: List[str]) -> int:
     if "--" not in argv:
-        raise WmlError("usage: python -m wmlce_tools.sweep.trial RUN INDEX [--stride K] -- COMMAND...")
+        raise WmlError("usage: python -m wmlce_tools.sweeps.trial RUN INDEX [--stride K] -- COMMAND...")
     cut = argv.index("--")
     a = _parser().parse_args(argv[:cut])
     command = argv[cut + 1:]
