@@ -570,7 +570,7 @@ class Controller:
                 if postscale != 1.0:
                     for t in tensors:
                         t.mul_(postscale)
-        flight = _DeviceFlight([], finish, label="ALLREDUCE")
+        flight = negotiated_device.DeviceFlight([], finish, label="ALLREDUCE")
         flight.pending = pending
         self._track(flight, handles, names)
 
@@ -743,16 +743,6 @@ class Controller:
                 pass
 
 
-class _DeviceFlight(kernels.InFlight):
-    """A device reduction in flight: done when the process group's work is."""
-
-    pending: Any = None
-
-    def test(self) -> bool:
-        if not self.done and self.pending.done():
-            self.finish()
-            self.done = True
-        return self.done
 
 
 class _BlockingFlight(kernels.InFlight):

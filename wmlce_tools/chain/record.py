@@ -5,13 +5,12 @@ written by its job script).  ``wml jobs``, ``status`` and ``logs`` read both, an
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 from ddl_runtime.checkpoint.protocol import FINISHED_FILE, LATEST_FILE
+from ..atomic import write_json_atomic  # noqa: F401 (segment_end uses record.write_json_atomic)
 
 CHAIN_FILE = "chain.json"
 END_FILE = "end.json"
@@ -36,18 +35,6 @@ class ChainRecord:
     def job_ids_after(self, index: int) -> List[str]:
         return [s.job_id for s in self.segments if s.index > index and s.job_id]
 
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Replace ``path`` whole (temp file in the same directory, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save(run_dir: Path, rec: ChainRecord) -> None:

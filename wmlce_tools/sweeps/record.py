@@ -12,14 +12,13 @@ Every JSON file is replaced whole (temp file + rename): a reader never sees half
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import WmlError
+from ..atomic import write_json_atomic
 
 SWEEP_FILE = "sweep.json"
 STATE_FILE = "state.json"
@@ -53,20 +52,9 @@ class SweepRecord:
         return len(self.trials)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 def save(run_dir: Path, rec: SweepRecord) -> None:
-    write_json_atomic(run_dir / SWEEP_FILE, asdict(rec))
+    write_json_atomic(run_dir / SWEEP_FILE, asdict(rec), indent=1)
 
 
 def load(run_dir: Path) -> Optional[SweepRecord]:
@@ -100,7 +88,7 @@ def read_state(run_dir: Path, index: int) -> Optional[dict]:
 def write_state(run_dir: Path, index: int, state: dict) -> None:
     d = trial_dir(run_dir, index)
     d.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(d / STATE_FILE, state)
+    write_json_atomic(d / STATE_FILE, state, indent=1)
 
 
 def require(run_dir: Path) -> SweepRecord:
