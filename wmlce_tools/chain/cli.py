@@ -16,7 +16,7 @@ from .spec import Chain
 
 def submit_chain_cmd(plan: JobPlan, chain: Chain, out: Callable[[str], None], as_json: bool, wait: bool) -> int:
     """Returns the exit status ``wml submit`` ends with."""
-    from .submission import submit_chain
+    from .submit import submit_chain
 
     results = submit_chain(plan, chain, out=out)
     done = record.finished(chain.checkpoint_dir)
