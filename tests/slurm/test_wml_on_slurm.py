@@ -102,7 +102,7 @@ def test_submit_wait_runs_four_ranks_on_two_nodes(wml):
     logs = wml("logs", job["job_id"], check=True)
     assert "DDLCHECK-OK size=4" in logs.stdout
     table = wml("jobs", check=True).stdout
-    assert re.search(rf"^\d+\s+{job['job_id']}\s+local-slurm\s+ddlcheck\s+COMPLETED\s+0\s", table, re.M), table
+    assert re.search(rf"^@\d+\s+{job['job_id']}\s+local-slurm\s+ddlcheck\s+COMPLETED\s+0\s", table, re.M), table
 
 
 def test_failing_program_ends_failed_with_its_exit_code(wml):
