@@ -12,6 +12,7 @@ runs its queue in order, so the hooks' prefetching and event ordering run for re
 """
 from __future__ import annotations
 
+import abc
 import os
 import queue
 import threading
@@ -34,38 +35,44 @@ def sharing_ranks(env) -> int:
     return max(1, layout.count(layout[int(local)]))
 
 
-class Transfer:
-    """The protocol the session uses (subclasses implement it)."""
+class Transfer(abc.ABC):
+    """The protocol the session uses: CudaTransfer on a GPU, the CPU stand-in in tests."""
     name = "transfer"
 
+    @abc.abstractmethod
     def to_host(self, t: torch.Tensor):
         """Start copying ``t`` to host memory; returns (host tensor, event)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def to_device(self, host: torch.Tensor, after):
         """Start copying ``host`` back (after the event ``after``); returns (device tensor, event)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def use(self, t: torch.Tensor, event) -> float:
         """Make the compute stream wait for ``event`` before using ``t``; returns the seconds the
         host waited (0 where the wait is the device's, counted by ``late_waits``)."""
-        raise NotImplementedError
+        ...
 
     def late_waits(self):
         """(seconds, copies): device-side waits on late copies measured since the last call."""
         return 0.0, 0
 
+    @abc.abstractmethod
     def bandwidth(self) -> float:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def allocated(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def peak(self) -> int:
-        raise NotImplementedError
+        ...
 
     def capacity(self) -> int:
-        raise NotImplementedError
+        ...
 
     def timer(self):
         """A callable returning (start mark, function that turns the mark into elapsed seconds later)."""
