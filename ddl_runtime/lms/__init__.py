@@ -23,11 +23,12 @@ _sessions: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 __all__ = ["enable", "disable", "enabled", "stats", "get_session", "LmsError", "Stats", "make_plan"]
 
 
-def enable(model, budget=0, size=None, *, optimizer=None, transfer=None, prefetch_bytes=None):
+def enable(model, budget=0, size=None, *, optimizer=None, transfer=None, prefetch_bytes=None, segments=True):
     """Turn LMS on for ``model`` (an ``nn.Module``); returns its Session.  ``budget``: bytes (int),
     a fraction of the device (float in (0, 1]), or 0: all the memory this process may use.
     ``size``: tensors smaller than this are never swapped (default: ``torch.cuda.get_size_lms()``,
-    1 MB).  ``optimizer``: lets the budget check count its state from the first step."""
+    1 MB).  ``optimizer``: lets the budget check count its state from the first step.  ``segments``:
+    blocks chained in an ``nn.Sequential`` may be recomputed as one segment (False: block by block)."""
     from . import config
     from .session import Session, _compiled_note, _is_keras, warn_once
 
@@ -40,7 +41,8 @@ def enable(model, budget=0, size=None, *, optimizer=None, transfer=None, prefetc
         return None
     if model in _sessions:
         _sessions[model].remove()
-    s = Session(model, budget, config.SETTINGS.size if size is None else size, transfer, optimizer, prefetch_bytes)
+    s = Session(model, budget, config.SETTINGS.size if size is None else size, transfer, optimizer, prefetch_bytes,
+                segments)
     _sessions[model] = s
     return s
 

@@ -96,11 +96,11 @@ class _Graph:
 
 
 class _FreezeNorm:
-    """Restores the running statistics of a block's batch norms after its recompute."""
+    """Restores the running statistics of the batch norms of a recompute unit's blocks after its recompute."""
 
-    def __init__(self, block: nn.Module) -> None:
-        self.norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
-                      and m.track_running_stats and m.training]
+    def __init__(self, blocks: List[nn.Module]) -> None:
+        self.norms = [m for block in blocks for m in block.modules()
+                      if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats and m.training]
         self.saved: List[Dict[str, torch.Tensor]] = []
 
     def __enter__(self):
@@ -138,6 +138,27 @@ def find_blocks(model: nn.Module) -> List[Tuple[str, nn.Module]]:
     return out or [(type(model).__name__, model)]
 
 
+def chained_blocks(model: nn.Module, blocks: List[Tuple[str, nn.Module]]) -> List[bool]:
+    """Per block: whether it is the next child of the same plain ``nn.Sequential`` as the block
+    before it (so the container feeds it that block's output and nothing else sees it), neither
+    with forward hooks: such blocks may be recomputed as one segment (planner.BlockProfile.chains)."""
+    parent = {}
+    for container in model.modules():
+        if type(container).forward is nn.Sequential.forward and isinstance(container, nn.Sequential):
+            for i, child in enumerate(container.children()):
+                parent[id(child)] = (id(container), i)
+    hooked = bool(nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks)
+
+    def plain(m: nn.Module) -> bool:
+        return not (m._forward_hooks or m._forward_pre_hooks)
+    flags = [False]
+    for (_, prev), (_, block) in zip(blocks, blocks[1:]):
+        a, b = parent.get(id(prev)), parent.get(id(block))
+        flags.append(not hooked and a is not None and b is not None and a[0] == b[0] and b[1] == a[1] + 1
+                     and plain(prev) and plain(block))
+    return flags
+
+
 def _timeline():
     runtime = sys.modules.get("ddl_runtime.state.runtime")
     rt = runtime.get() if runtime is not None else None
@@ -158,17 +179,23 @@ def resolve_budget(budget, capacity: int) -> int:
 
 class Session:
     def __init__(self, model: nn.Module, budget=0, size: int = 1 << 20, transfer: Optional[Transfer] = None,
-                 optimizer: Optional[torch.optim.Optimizer] = None, prefetch_bytes: Optional[int] = None) -> None:
+                 optimizer: Optional[torch.optim.Optimizer] = None, prefetch_bytes: Optional[int] = None,
+                 segments: bool = True) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise LmsError(f"LMS size {size!r}: expected the bytes under which a tensor is never swapped (an int >= 0)")
         self.model = model
         self.size = size
+        self.segments = bool(segments)     # chained blocks may be recomputed as one segment
         self.optimizer = optimizer
         self.transfer = transfer if transfer is not None else _default_transfer(model)
         self.active = self.transfer is not None
         self.budget = resolve_budget(budget, self.transfer.capacity()) if self.active else 0
         self.prefetch_bytes = prefetch_bytes
         self.blocks = find_blocks(model)
+        self._chains = chained_blocks(model, self.blocks)
+        self._originals: Dict[int, Any] = {}
+        self._rec_simple: List[bool] = [True] * len(self.blocks)
+        self._skip: Optional[Tuple[int, int, torch.Tensor]] = None   # a segment's later blocks: (next, last, output)
         self.stats_ = Stats(budget_bytes=self.budget)
         self._plan: Optional[planner.Plan] = None
         self._profile: Optional[planner.Profile] = None
@@ -196,6 +223,7 @@ class Session:
         for b, (name, block) in enumerate(self.blocks):
             if block is self.model:
                 continue
+            self._originals[b] = block.forward
             self._patch(block, functools.partial(self._block_forward, b, block.forward))
         self._patch(self.model, functools.partial(self._root_forward, self.model.forward))
 
@@ -243,24 +271,52 @@ class Session:
                 elapsed = self.transfer.timer()
                 out = forward(*args, **kwargs)
                 self._rec_times[b] += elapsed()
+                self._rec_simple[b] = self._rec_simple[b] and len(args) == 1 and not kwargs \
+                    and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor)
                 return out
+            if self._skip is not None and self._skip[0] == b:
+                return self._skipped(b, args, kwargs)
             if b in self._plan.recompute:
-                block = self.blocks[b][1]
-                ctx = functools.partial(self._recompute_contexts, b, block)
+                first, last = self._plan.unit_of(b)
+                blocks = [self.blocks[k][1] for k in range(first, last + 1)]
+                ctx = functools.partial(self._recompute_contexts, b, blocks)
+                run = forward if last == first else functools.partial(self._run_segment, forward, first, last)
                 self._inputs_of = b     # our hooks see only the inputs the checkpoint keeps
                 try:
-                    out = torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+                    out = torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False,
                                                             context_fn=ctx, **kwargs)
                 finally:
                     self._inputs_of = None
-                self._index = self._span_end[b]   # its tensors were the checkpoint's, not ours
+                # its tensors (its segment's) were the checkpoint's, not ours
+                self._index = max(self._span_end[k] for k in range(first, last + 1))
+                if last > first:
+                    self._skip = (first + 1, last, out)
                 return out
             return forward(*args, **kwargs)
         finally:
             self._block = outer
 
-    def _recompute_contexts(self, b: int, block: nn.Module):
-        return contextlib.nullcontext(), _Recompute(self, b, block)
+    def _run_segment(self, forward, first: int, last: int, x):
+        """Blocks first..last of a segment, each fed the one before's output (their own forwards:
+        chained blocks have no hooks)."""
+        x = forward(x)
+        for k in range(first + 1, last + 1):
+            x = self._originals[k](x)
+        return x
+
+    def _skipped(self, b: int, args, kwargs):
+        """A later block of a recomputed segment: the segment's first block already ran it; the
+        container hands it the segment's output, which it passes on."""
+        _, last, out = self._skip
+        if len(args) != 1 or kwargs or args[0] is not out:
+            self._skip = None
+            raise LmsError(f"LMS: {self._block_name(b)} was recomputed as part of a segment, but its container did "
+                           "not feed it the block before's output; call ddl_runtime.lms.enable(..., segments=False)")
+        self._skip = None if b == last else (b + 1, last, out)
+        return out
+
+    def _recompute_contexts(self, b: int, blocks: List[nn.Module]):
+        return contextlib.nullcontext(), _Recompute(self, b, blocks)
 
     # -- steps -------------------------------------------------------------------------
     def _begin_step(self) -> None:
@@ -273,6 +329,7 @@ class Session:
         self.stats_.steps += 1
         self._collect_waits()
         self._graph = _Graph()
+        self._skip = None
         self._dedupe = {}
         self._index = 0
         self._step_bytes = 0
@@ -291,13 +348,14 @@ class Session:
         self._rec_times = [0.0] * len(self.blocks)
         self._rec_inputs = [0] * len(self.blocks)
         self._rec_calls = [0] * len(self.blocks)
+        self._rec_simple = [True] * len(self.blocks)
 
     def _finish_profile(self) -> None:
         self._profile = planner.Profile(
             tuple(self._rec_tensors),
-            tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1)
-                  for (name, block), t, i, calls in zip(self.blocks, self._rec_times, self._rec_inputs,
-                                                        self._rec_calls)),
+            tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1, self._chains_at(b))
+                  for b, ((name, block), t, i, calls) in enumerate(zip(self.blocks, self._rec_times, self._rec_inputs,
+                                                                       self._rec_calls))),
             self.transfer.bandwidth())
         self._profiling = False
         fixed = self._fixed_bytes()
@@ -312,6 +370,12 @@ class Session:
         if tl is not None:
             now = time.perf_counter()
             tl.span("LMS_PLAN", 1, now, now, {"plan": self.stats_.plan})
+
+    def _chains_at(self, b: int) -> bool:
+        """Block b may join block b-1's segment: chained in a plain Sequential, each called once per
+        step with one tensor, returning one (segments=False: never)."""
+        return (self.segments and b > 0 and self._chains[b] and self._rec_calls[b] == 1 == self._rec_calls[b - 1]
+                and self._rec_simple[b] and self._rec_simple[b - 1])
 
     def _fixed_bytes(self) -> int:
         """Weights, their gradients (counted even while unset) and optimizer state."""
@@ -514,8 +578,8 @@ class _Kept:
 class _Recompute:
     """Around a block's recompute in backward: BatchNorm statistics restored, timeline span."""
 
-    def __init__(self, session: Session, b: int, block: nn.Module) -> None:
-        self.session, self.b, self.freeze = session, b, _FreezeNorm(block)
+    def __init__(self, session: Session, b: int, blocks: List[nn.Module]) -> None:
+        self.session, self.b, self.freeze = session, b, _FreezeNorm(blocks)
         self.t0 = 0.0
 
     def __enter__(self):
@@ -527,7 +591,10 @@ class _Recompute:
         self.freeze.__exit__(*exc)
         tl = _timeline()
         if tl is not None:
-            tl.span("LMS_RECOMPUTE", 1, self.t0, time.perf_counter(), {"block": self.session.blocks[self.b][0]})
+            unit = self.session._plan.unit_of(self.b) or (self.b, self.b)
+            names = [self.session.blocks[k][0] for k in range(unit[0], unit[1] + 1)]
+            tl.span("LMS_RECOMPUTE", 1, self.t0, time.perf_counter(),
+                    {"block": names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)} blocks)"})
         return False
 
 

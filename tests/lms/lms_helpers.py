@@ -46,3 +46,19 @@ def assert_same(a, b) -> None:
     assert sa.keys() == sb.keys()
     for k in sa:
         assert torch.equal(sa[k], sb[k]), k      # BatchNorm running stats and counts included
+
+
+def make_chain_model(seed: int = 0, n: int = 24, d: int = 256) -> nn.Module:
+    """n small blocks chained in one nn.Sequential (BatchNorm and dropout in each): recomputing them
+    in segments keeps fewer inputs than block by block."""
+    torch.manual_seed(seed)
+
+    def block():
+        return nn.Sequential(nn.Linear(d, d), nn.BatchNorm1d(d), nn.ReLU(), nn.Dropout(0.2), nn.Linear(d, d))
+
+    return nn.Sequential(nn.Sequential(*[block() for _ in range(n)]), nn.Linear(d, 10))
+
+
+def chain_batches(steps: int = 4, batch: int = 64, d: int = 256, seed: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(batch, d, generator=g), torch.randint(0, 10, (batch,), generator=g)) for _ in range(steps)]

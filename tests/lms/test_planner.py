@@ -1,5 +1,8 @@
 """The LMS planner, from given sizes, times, bandwidth and budget (pure Python)."""
-from ddl_runtime.lms.planner import (KEEP, RECOMPUTE, SWAP, BlockProfile, Profile, SavedTensor, make_plan)
+import dataclasses
+
+from ddl_runtime.lms.planner import (KEEP, RECOMPUTE, SWAP, BlockProfile, Plan, Profile, SavedTensor, make_plan,
+                                     peak_bytes)
 
 MB = 1 << 20
 
@@ -67,3 +70,42 @@ def test_ranks_sharing_a_gpu_share_its_memory():
     assert sharing_ranks({"DDL_LAYOUT_GPUS": "0;1;2;3", "LOCAL_RANK": "1"}) == 1
     assert sharing_ranks({"DDL_LAYOUT_GPUS": "0;0;0", "LOCAL_RANK": "0"}) == 3
     assert sharing_ranks({"LOCAL_RANK": "0"}) == 1 and sharing_ranks({"DDL_LAYOUT_GPUS": "0;0"}) == 1
+
+
+def chained(blocks=24, act=MB, forward_s=0.01, bandwidth=1e8, breaks=()):
+    """Blocks of five activations each whose input is one activation, all chaining except `breaks`."""
+    tensors = tuple(SavedTensor(b, act) for b in range(blocks) for _ in range(5))
+    return Profile(tensors, tuple(BlockProfile(f"b{b}", forward_s, act, chains=b > 0 and b not in breaks)
+                                  for b in range(blocks)), bandwidth)
+
+
+def test_chained_blocks_are_recomputed_in_segments_faster_than_block_by_block():
+    p = chained()
+    budget = 30 * MB               # 24 kept inputs + one block back (29 MB) fit, barely: most blocks recomputed
+    plan = make_plan(p, budget)
+    alone = make_plan(Profile(p.tensors, tuple(BlockProfile(b.name, b.forward_s, b.input_bytes) for b in p.blocks),
+                              p.bandwidth_Bps), budget)
+    assert plan.fits and alone.fits
+    assert max(z - a for a, z in plan.units()) >= 1, plan.describe()      # a unit of several blocks
+    assert plan.extra_s < alone.extra_s and len(plan.recompute) < len(alone.recompute)
+    assert peak_bytes(p, plan) <= budget
+    assert "segments" in plan.describe()
+    for a, z in plan.units():                                            # a unit is its blocks' tensors
+        assert all(b in plan.recompute for b in range(a, z + 1))
+
+
+def test_a_segment_never_spans_a_block_that_does_not_chain():
+    p = chained(breaks=(6, 12, 18))
+    plan = make_plan(p, 30 * MB)
+    assert plan.fits and max(z - a for a, z in plan.units()) >= 1
+    for a, z in plan.units():
+        assert not any(a < b <= z for b in (6, 12, 18)), plan.units()
+
+
+def test_a_segment_comes_back_whole_in_backward():
+    p = chained(blocks=4)
+    seg = Plan(tuple(RECOMPUTE for _ in p.tensors), frozenset(range(4)), 0, 0, 0, 0, 0.0, True,
+               segments=((0, 3),))
+    single = dataclasses.replace(seg, segments=())
+    assert peak_bytes(p, seg) == MB + 20 * MB              # its input, then all four blocks at once
+    assert peak_bytes(p, single) == 4 * MB + 5 * MB        # every block's input, then one block at a time

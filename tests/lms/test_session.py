@@ -5,7 +5,7 @@ import types
 
 import pytest
 import torch
-from lms_helpers import MB, assert_same, batches, make_model, train
+from lms_helpers import MB, assert_same, batches, chain_batches, make_chain_model, make_model, train
 
 import ddl_runtime.lms as lms
 from ddl_runtime.lms import session as lms_session
@@ -188,3 +188,47 @@ def test_host_copies_are_plain_tensors_outside_the_graph():
     s.transfer.synchronize()
     assert s._graph.swapped and not any(h.host.requires_grad or h.host.grad_fn for h in s._graph.swapped)
     loss.backward()
+
+
+def _chain_budget(extra_bytes):
+    """A budget that leaves `extra_bytes` for make_chain_model's saved activations (its weights,
+    gradients, momentum and the session's reserve on top)."""
+    model = make_chain_model()
+    s = lms.enable(model, budget=1 << 40, size=1024, transfer=HostStandIn(1 << 40, 1e3), prefetch_bytes=MB)
+    train(model, data=chain_batches(2))
+    return s._fixed_bytes() + s._reserve() + extra_bytes
+
+
+def test_segments_of_chained_blocks_train_the_same_and_stay_in_the_budget():
+    reference = train(make_chain_model(), data=chain_batches())
+    budget = _chain_budget(3 * MB)
+    model = make_chain_model()
+    transfer = HostStandIn(1 << 40, 1e3)                   # a slow link: recompute, not swap
+    s = lms.enable(model, budget=budget, size=1024, transfer=transfer, prefetch_bytes=MB)
+    result = train(model, data=chain_batches())
+    assert max(z - a for a, z in s._plan.units()) >= 1, s._plan.describe()     # several blocks as one
+    assert_same(result, reference)                          # dropout masks and BatchNorm statistics included
+    assert lms.stats(model).peak_bytes <= budget
+    lms.disable(model)
+    model = make_chain_model()
+    s = lms.enable(model, budget=budget, size=1024, transfer=HostStandIn(1 << 40, 1e3), prefetch_bytes=MB,
+                   segments=False)
+    assert_same(train(model, data=chain_batches()), reference)
+    assert all(a == z for a, z in s._plan.units()) and s._plan.recompute
+
+
+def test_a_block_with_a_forward_hook_is_never_inside_a_segment():
+    seen, reference_seen = [], []
+    plain = make_chain_model()
+    plain[0][5].register_forward_hook(lambda m, i, o: reference_seen.append(float(o.detach().sum())))
+    reference = train(plain, data=chain_batches())
+    model = make_chain_model()
+    model[0][5].register_forward_hook(lambda m, i, o: seen.append(float(o.detach().sum())))
+    s = lms.enable(model, budget=_chain_budget(3 * MB), size=1024, transfer=HostStandIn(1 << 40, 1e3),
+                   prefetch_bytes=MB)
+    result = train(model, data=chain_batches())
+    units = s._plan.units()
+    assert max(z - a for a, z in units) >= 1
+    assert not any(a < 5 <= z or a <= 5 < z for a, z in units), units   # block 5 starts no segment and is in none
+    assert_same(result, reference)
+    assert seen == reference_seen                           # the hook saw the block's real outputs
