@@ -138,6 +138,13 @@ def find_blocks(model: nn.Module) -> List[Tuple[str, nn.Module]]:
     return out or [(type(model).__name__, model)]
 
 
+def _hooked(modules) -> bool:
+    """Whether forward hooks would see these modules' calls (their own, or global ones)."""
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
+
 def chained_blocks(model: nn.Module, blocks: List[Tuple[str, nn.Module]]) -> List[bool]:
     """Per block: whether it is the next child of the same plain ``nn.Sequential`` as the block
     before it (so the container feeds it that block's output and nothing else sees it), neither
@@ -147,15 +154,11 @@ def chained_blocks(model: nn.Module, blocks: List[Tuple[str, nn.Module]]) -> Lis
         if type(container).forward is nn.Sequential.forward and isinstance(container, nn.Sequential):
             for i, child in enumerate(container.children()):
                 parent[id(child)] = (id(container), i)
-    hooked = bool(nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks)
-
-    def plain(m: nn.Module) -> bool:
-        return not (m._forward_hooks or m._forward_pre_hooks)
     flags = [False]
     for (_, prev), (_, block) in zip(blocks, blocks[1:]):
         a, b = parent.get(id(prev)), parent.get(id(block))
-        flags.append(not hooked and a is not None and b is not None and a[0] == b[0] and b[1] == a[1] + 1
-                     and plain(prev) and plain(block))
+        flags.append(a is not None and b is not None and a[0] == b[0] and b[1] == a[1] + 1
+                     and not _hooked((prev, block)))
     return flags
 
 
@@ -192,10 +195,11 @@ class Session:
         self.budget = resolve_budget(budget, self.transfer.capacity()) if self.active else 0
         self.prefetch_bytes = prefetch_bytes
         self.blocks = find_blocks(model)
-        self._chains = chained_blocks(model, self.blocks)
+        self._chains: List[bool] = [False] * len(self.blocks)   # read again at each plan (hooks added late count)
         self._originals: Dict[int, Any] = {}
         self._rec_simple: List[bool] = [True] * len(self.blocks)
         self._skip: Optional[Tuple[int, int, torch.Tensor]] = None   # a segment's later blocks: (next, last, output)
+        self._replan = False
         self.stats_ = Stats(budget_bytes=self.budget)
         self._plan: Optional[planner.Plan] = None
         self._profile: Optional[planner.Profile] = None
@@ -278,6 +282,9 @@ class Session:
                 return self._skipped(b, args, kwargs)
             if b in self._plan.recompute:
                 first, last = self._plan.unit_of(b)
+                if (first, last) != (b, b) and (first != b or _hooked(self.blocks[k][1] for k in range(b, last + 1))):
+                    first = last = b    # a hook added since the plan: this block alone, and plan again next step
+                    self._replan = True
                 blocks = [self.blocks[k][1] for k in range(first, last + 1)]
                 ctx = functools.partial(self._recompute_contexts, b, blocks)
                 run = forward if last == first else functools.partial(self._run_segment, forward, first, last)
@@ -320,6 +327,9 @@ class Session:
 
     # -- steps -------------------------------------------------------------------------
     def _begin_step(self) -> None:
+        if self._replan:
+            self._replan = False
+            self._start_profile()
         if self._graph is not None and self._profiling and self.stats_.steps:
             self._finish_profile()
         elif self._profile is not None and not self._profiling:
@@ -351,6 +361,7 @@ class Session:
         self._rec_simple = [True] * len(self.blocks)
 
     def _finish_profile(self) -> None:
+        self._chains = chained_blocks(self.model, self.blocks)
         self._profile = planner.Profile(
             tuple(self._rec_tensors),
             tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1, self._chains_at(b))

@@ -232,3 +232,29 @@ def test_a_block_with_a_forward_hook_is_never_inside_a_segment():
     assert not any(a < 5 <= z or a <= 5 < z for a, z in units), units   # block 5 starts no segment and is in none
     assert_same(result, reference)
     assert seen == reference_seen                           # the hook saw the block's real outputs
+
+
+def test_a_hook_added_after_the_plan_sees_real_outputs_and_the_next_step_plans_again():
+    def run(model, pick):
+        data = chain_batches(5)
+        first = train(model, data=data[:2])
+        k = pick(model)
+        seen = []
+        handle = model[0][k].register_forward_hook(lambda m, i, o: seen.append(float(o.detach().sum())))
+        second = train(model, data=data[2:])
+        handle.remove()
+        return k, first, second, seen
+
+    def inside_a_segment(model):        # a block the plan made before the hook recomputes inside a segment
+        units = lms.get_session(model)._plan.units()
+        return next(z for a, z in units if z > a)
+    model = make_chain_model()
+    s = lms.enable(model, budget=_chain_budget(3 * MB), size=1024, transfer=HostStandIn(1 << 40, 1e3),
+                   prefetch_bytes=MB)
+    k, *result = run(model, inside_a_segment)
+    _, *reference = run(make_chain_model(), lambda model: k)
+    assert result[2] == reference[2] and len(result[2]) == 3      # the hook saw the block's own outputs
+    assert_same(result[0], reference[0])
+    assert_same(result[1], reference[1])
+    units = s._plan.units()                                       # planned again with the hook: block k alone
+    assert not any(a < k <= z or a <= k < z for a, z in units), units
