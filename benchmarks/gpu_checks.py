@@ -379,6 +379,28 @@ def _median_ms(fn, repeat, barrier=True):
     return statistics.median(times)
 
 
+def _faults_per_call(fn, repeat=5):
+    """Minor page faults of this process per call of fn (after one call): host memory first touched
+    on every call (a fresh private buffer instead of the pinned pool or a shared region) shows here
+    as about one fault per 4 KB moved, whatever the machine's fault cost."""
+    import resource
+    fn()
+    _sync()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(repeat):
+        fn()
+    _sync()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / repeat
+
+
+def _shm_free_mb():
+    import shutil
+    try:
+        return round(shutil.disk_usage("/dev/shm").free / 2**20)
+    except OSError:
+        return None
+
+
 def bound(R, N, dev, failures, repeat=15):
     import ddl_runtime.horovod.torch as hvd
     hvd.init()
@@ -436,13 +458,21 @@ def hvd_bound(R, N, dev, failures, repeat=15):
         # where hvd's time goes (issue 38): in place (no new output), and its host reduction alone
         hvd_inplace_ms = _median_ms(lambda: hvd.allreduce_(x, op=hvd.Sum, name=f"hvd.xi.{mb}"), repeat)
         hvd_host_ms = _median_ms(lambda: hvd.allreduce_(pinned, op=hvd.Sum, name=f"hvd.hi.{mb}"), repeat)
+        # and whether any of them touches fresh host memory on every call (issue 38's 64 MB figure was
+        # what a pageable round trip costs): page faults per call, and the room in /dev/shm that the
+        # negotiated allreduce's result regions need (without it they fall back to private memory)
+        ddl.barrier()
+        faults = {"hvd_allreduce": _faults_per_call(lambda: hvd.allreduce(x, op=hvd.Sum, name=f"hvd.fx.{mb}")),
+                  "hvd_allreduce_inplace": _faults_per_call(lambda: hvd.allreduce_(x, op=hvd.Sum, name=f"hvd.fi.{mb}")),
+                  "ddl_allreduce": _faults_per_call(lambda: ddl.allreduce(x, name=f"hvd.fd.{mb}"))}
         parts = d2h + host_ms + h2d
         limit = 1.3 if mb == 64 else 1.5
         ratio = hvd_ms / parts if parts > 0 else float("inf")
         rows.append({"MB": mb, "hvd_allreduce_ms": round(hvd_ms, 3), "d2h_ms": round(d2h, 3),
                      "host_allreduce_ms": round(host_ms, 3), "h2d_ms": round(h2d, 3), "ratio": round(ratio, 3),
                      "hvd_allreduce_inplace_ms": round(hvd_inplace_ms, 3),
-                     "hvd_host_allreduce_ms": round(hvd_host_ms, 3), "limit": limit if cuda else None})
+                     "hvd_host_allreduce_ms": round(hvd_host_ms, 3), "limit": limit if cuda else None,
+                     "minor_faults_per_call": faults, "dev_shm_free_mb": _shm_free_mb()})
         if cuda and ratio > limit:
             failures.append(f"{mb} MB: hvd.allreduce {hvd_ms:.2f} ms is {ratio:.2f}x of D2H+host+H2D "
                             f"{parts:.2f} ms (limit {limit}x)")
