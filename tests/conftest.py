@@ -41,3 +41,18 @@ def run_wml(isolated_env, tmp_path):
         return subprocess.run([sys.executable, "-m", "wmlce_tools", *args], cwd=cwd or tmp_path, env=e,
                               capture_output=True, text=True, timeout=timeout, input=input)
     return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n 2``, scripts/test), every test that uses a local Slurm cluster runs
+    in one worker, one after another: they share the cluster's nodes and ports, and some count
+    the jobs running on it.  ``--dist loadgroup`` honours the group; without xdist it is inert."""
+    slurm = [item for item in items
+             if "slurm" in item.nodeid.lower() or "local_slurm" in getattr(item, "fixturenames", ())]
+    for item in slurm:
+        item.add_marker(pytest.mark.xdist_group("slurm"))
+    # the group first (about a quarter of the suite's time): the other worker takes the rest meanwhile,
+    # instead of the group running alone at the end
+    if slurm and hasattr(config, "workerinput"):     # an xdist worker (every worker orders alike)
+        chosen = set(map(id, slurm))
+        items[:] = slurm + [item for item in items if id(item) not in chosen]
