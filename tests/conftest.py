@@ -43,16 +43,33 @@ def run_wml(isolated_env, tmp_path):
     return run
 
 
+def _uses_slurm(nodeid: str) -> bool:
+    """The tests that touch a local Slurm cluster (tests/slurm, ddlrun's and the Horovod examples'
+    runs under Slurm, the scheduler-command tests): by node id, so pytest-xdist's controller, which
+    sees only node ids, can tell them too."""
+    return "slurm" in nodeid.lower()
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2``, scripts/test), every test that uses a local Slurm cluster runs
-    in one worker, one after another: they share the cluster's nodes and ports, and some count
-    the jobs running on it.  ``--dist loadgroup`` honours the group; without xdist it is inert."""
-    slurm = [item for item in items
-             if "slurm" in item.nodeid.lower() or "local_slurm" in getattr(item, "fixturenames", ())]
-    for item in slurm:
-        item.add_marker(pytest.mark.xdist_group("slurm"))
-    # the group first (about a quarter of the suite's time): the other worker takes the rest meanwhile,
-    # instead of the group running alone at the end
-    if slurm and hasattr(config, "workerinput"):     # an xdist worker (every worker orders alike)
+    """Under pytest-xdist (``-n 2``, scripts/test) the tests that touch a local Slurm cluster run in
+    one worker, one after another (see pytest_xdist_make_scheduler), and first, so that the other
+    worker takes the rest meanwhile instead of the group running alone at the end.  Every worker
+    orders its collection alike; without xdist nothing changes."""
+    if hasattr(config, "workerinput"):
+        slurm = [item for item in items if _uses_slurm(item.nodeid)]
         chosen = set(map(id, slurm))
         items[:] = slurm + [item for item in items if id(item) not in chosen]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Tests one at a time as workers free up (xdist's ``load``), except those that touch a local
+    Slurm cluster: one unit, so one worker runs them all (they share its nodes and ports, and some
+    count the jobs running on it).  xdist's own ``xdist_group`` mark cannot do this here: pytest 9
+    derives node ids in a way xdist 3.8's group suffix no longer changes."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlurmTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "slurm" if _uses_slurm(nodeid) else nodeid
+
+    return SlurmTogether(config, log)
