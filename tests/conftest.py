@@ -45,9 +45,12 @@ def run_wml(isolated_env, tmp_path):
 
 def _uses_slurm(nodeid: str) -> bool:
     """The tests that touch a local Slurm cluster (tests/slurm, ddlrun's and the Horovod examples'
-    runs under Slurm, the scheduler-command tests): by node id, so pytest-xdist's controller, which
-    sees only node ids, can tell them too."""
-    return "slurm" in nodeid.lower()
+    runs under Slurm, the scheduler-command tests), and those that run Debian's Open MPI (its PMIx,
+    like the local Slurm's): by node id, so pytest-xdist's controller, which sees only node ids,
+    can tell them too.  (Two Open MPI tests lost their output's line prefixes in a run where they
+    ran beside the Slurm tests; one after another they never have.)"""
+    lower = nodeid.lower()
+    return "slurm" in lower or "openmpi" in lower or "open_mpi" in lower
 
 
 def pytest_collection_modifyitems(config, items):

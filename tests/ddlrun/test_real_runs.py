@@ -63,7 +63,7 @@ def test_ranks_see_their_gpus_and_torchrun_variables(ddlrun, mpi, n):
         assert all(l.startswith("ENV ") for l in env_lines)       # one rank: no prefix
     else:
         assert all(re.match(rf"^\[{x['RANK']}\] ENV ", l) for l, x in
-                   zip(sorted(env_lines), sorted(ranks, key=lambda x: x["RANK"])))
+                   zip(sorted(env_lines), sorted(ranks, key=lambda x: x["RANK"]))), r.stdout
     # the launch command is printed before it runs
     assert r.stderr.splitlines()[0].startswith(f"ddlrun: {args[1]} -n {n}")
 
@@ -128,7 +128,7 @@ def test_forwarded_variables_and_no_prefix(ddlrun, mpi, tmp_path):
     assert r.returncode == 0, r.stderr
     assert [(x["MY_VAR"], x["OTHER_VAR"]) for x in r.ranks()] == [("x y", "from-here")] * 2
     assert {x["DDL_TIMELINE"] for x in r.ranks()} == {str(tmp_path / "t.json")}
-    assert all(l.startswith("ENV ") for l in r.stdout.splitlines() if "ENV " in l)
+    assert all(l.startswith("ENV ") for l in r.stdout.splitlines() if "ENV " in l), r.stdout
 
 
 @pytest.mark.parametrize("prefix", [True, False])
