@@ -182,7 +182,7 @@ def _segments(profile: Profile, recomputed: set, kept: List[int], loose: int, bu
             units[-1][1] = b
             size += nbytes
             continue
-        if units and units[-1][1] >= 0:
+        if units:
             held += profile.blocks[units[-1][0]].input_bytes
         units.append([b, b])
         size = nbytes
@@ -236,7 +236,7 @@ def _plan_segments(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> 
                     True, frozenset(), units)
 
     best = None
-    cap = float(min(profile.block_bytes(b) for b in movable))
+    cap = float(max(1, min(profile.block_bytes(b) for b in movable)))   # a block may save 0 new bytes
     dearest = sorted(movable, key=lambda k: -profile.blocks[k].forward_s / max(profile.block_bytes(k), 1))
     while True:      # segment sizes from one block's bytes up, by a quarter at a time
         recomputed = set(movable)

@@ -285,8 +285,7 @@ class Session:
                 if (first, last) != (b, b) and (first != b or _hooked(self.blocks[k][1] for k in range(b, last + 1))):
                     first = last = b    # a hook added since the plan: this block alone, and plan again next step
                     self._replan = True
-                blocks = [self.blocks[k][1] for k in range(first, last + 1)]
-                ctx = functools.partial(self._recompute_contexts, b, blocks)
+                ctx = functools.partial(self._recompute_contexts, first, last)
                 run = forward if last == first else functools.partial(self._run_segment, forward, first, last)
                 self._inputs_of = b     # our hooks see only the inputs the checkpoint keeps
                 try:
@@ -322,8 +321,8 @@ class Session:
         self._skip = None if b == last else (b + 1, last, out)
         return out
 
-    def _recompute_contexts(self, b: int, blocks: List[nn.Module]):
-        return contextlib.nullcontext(), _Recompute(self, b, blocks)
+    def _recompute_contexts(self, first: int, last: int):
+        return contextlib.nullcontext(), _Recompute(self, first, last)
 
     # -- steps -------------------------------------------------------------------------
     def _begin_step(self) -> None:
@@ -589,8 +588,9 @@ class _Kept:
 class _Recompute:
     """Around a block's recompute in backward: BatchNorm statistics restored, timeline span."""
 
-    def __init__(self, session: Session, b: int, blocks: List[nn.Module]) -> None:
-        self.session, self.b, self.freeze = session, b, _FreezeNorm(blocks)
+    def __init__(self, session: Session, first: int, last: int) -> None:
+        self.names = [session.blocks[k][0] for k in range(first, last + 1)]   # the unit as it runs
+        self.freeze = _FreezeNorm([session.blocks[k][1] for k in range(first, last + 1)])
         self.t0 = 0.0
 
     def __enter__(self):
@@ -602,8 +602,7 @@ class _Recompute:
         self.freeze.__exit__(*exc)
         tl = _timeline()
         if tl is not None:
-            unit = self.session._plan.unit_of(self.b) or (self.b, self.b)
-            names = [self.session.blocks[k][0] for k in range(unit[0], unit[1] + 1)]
+            names = self.names
             tl.span("LMS_RECOMPUTE", 1, self.t0, time.perf_counter(),
                     {"block": names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)} blocks)"})
         return False

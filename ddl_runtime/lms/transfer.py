@@ -71,8 +71,9 @@ class Transfer(abc.ABC):
     def peak(self) -> int:
         ...
 
+    @abc.abstractmethod
     def capacity(self) -> int:
-        ...
+        """The device bytes this process may use (the budget of limit 0)."""
 
     def timer(self):
         """A callable returning (start mark, function that turns the mark into elapsed seconds later)."""

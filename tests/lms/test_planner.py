@@ -109,3 +109,12 @@ def test_a_segment_comes_back_whole_in_backward():
     single = dataclasses.replace(seg, segments=())
     assert peak_bytes(p, seg) == MB + 20 * MB              # its input, then all four blocks at once
     assert peak_bytes(p, single) == 4 * MB + 5 * MB        # every block's input, then one block at a time
+
+
+def test_a_block_that_saves_no_new_bytes_does_not_stop_the_segment_search():
+    """A block whose saved tensors were all saved before (0 new bytes) starts the search at 0 bytes;
+    it must still end (it looped for ever, the size growing by a quarter of 0)."""
+    tensors = tuple(SavedTensor(b, 0 if b == 3 else MB) for b in range(12) for _ in range(5))
+    p = Profile(tensors, tuple(BlockProfile(f"b{b}", 0.01, MB, chains=b > 0) for b in range(12)), 1e8)
+    plan = make_plan(p, 20 * MB)
+    assert plan.fits and peak_bytes(p, plan) <= 20 * MB

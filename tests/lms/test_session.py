@@ -229,6 +229,8 @@ def test_a_block_with_a_forward_hook_is_never_inside_a_segment():
     result = train(model, data=chain_batches())
     units = s._plan.units()
     assert max(z - a for a, z in units) >= 1
+    chains = [b.chains for b in s._profile.blocks]
+    assert not chains[5] and not chains[6] and chains[4] and chains[7]      # the hook cuts the chain on both sides
     assert not any(a < 5 <= z or a <= 5 < z for a, z in units), units   # block 5 starts no segment and is in none
     assert_same(result, reference)
     assert seen == reference_seen                           # the hook saw the block's real outputs
