@@ -43,7 +43,7 @@ def run_wml(isolated_env, tmp_path):
     return run
 
 
-def _uses_slurm(nodeid: str) -> bool:
+def _one_at_a_time(nodeid: str) -> bool:
     """The tests that touch a local Slurm cluster (tests/slurm, ddlrun's and the Horovod examples'
     runs under Slurm, the scheduler-command tests), and those that run Debian's Open MPI (its PMIx,
     like the local Slurm's): by node id, so pytest-xdist's controller, which sees only node ids,
@@ -54,25 +54,27 @@ def _uses_slurm(nodeid: str) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2``, scripts/test) the tests that touch a local Slurm cluster run in
-    one worker, one after another (see pytest_xdist_make_scheduler), and first, so that the other
-    worker takes the rest meanwhile instead of the group running alone at the end.  Every worker
+    """Under pytest-xdist (``-n 2``, scripts/test) the tests that touch a local Slurm cluster or
+    Debian's Open MPI (``_one_at_a_time``) run in one worker, one after another (see
+    pytest_xdist_make_scheduler), and first, so that the other worker takes the rest meanwhile
+    instead of the group running alone at the end.  Every worker
     orders its collection alike; without xdist nothing changes."""
     if hasattr(config, "workerinput"):
-        slurm = [item for item in items if _uses_slurm(item.nodeid)]
-        chosen = set(map(id, slurm))
-        items[:] = slurm + [item for item in items if id(item) not in chosen]
+        serial = [item for item in items if _one_at_a_time(item.nodeid)]
+        chosen = set(map(id, serial))
+        items[:] = serial + [item for item in items if id(item) not in chosen]
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Tests one at a time as workers free up (xdist's ``load``), except those that touch a local
-    Slurm cluster: one unit, so one worker runs them all (they share its nodes and ports, and some
-    count the jobs running on it).  xdist's own ``xdist_group`` mark cannot do this here: pytest 9
+    """Tests one at a time as workers free up (xdist's ``load``), except the ``_one_at_a_time`` ones:
+    one unit, so one worker runs them all (the Slurm tests share the cluster's nodes and ports, and
+    some count the jobs running on it).  The rule reads node ids only: a new Slurm test needs
+    "slurm" in its file or test name.  xdist's own ``xdist_group`` mark cannot do this here: pytest 9
     derives node ids in a way xdist 3.8's group suffix no longer changes."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SlurmTogether(LoadScopeScheduling):
+    class OneUnitForTheSerialTests(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "slurm" if _uses_slurm(nodeid) else nodeid
+            return "one-at-a-time" if _one_at_a_time(nodeid) else nodeid
 
-    return SlurmTogether(config, log)
+    return OneUnitForTheSerialTests(config, log)
