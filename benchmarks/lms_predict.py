@@ -64,6 +64,8 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=246.0, help="the uncapped step at --batch (issue 42: 246)")
     ap.add_argument("--bandwidth-gbps", type=float, nargs="+", default=[50.0, 400.0])
     args = ap.parse_args()
+    if min(args.batch, args.cap_gib, args.step_ms, *args.bandwidth_gbps) <= 0:
+        ap.error("--batch, --cap-gib, --step-ms and --bandwidth-gbps must be positive")
     t0 = time.perf_counter()
     p = profile_resnet152(args.batch)
     forward_s = args.step_ms / 3e3
