@@ -123,6 +123,10 @@ suite test_torch-2-ranks-sharing 120 "" -- env PYTHONPATH="$SHIM:$PYTHONPATH" \
     "$MPIEXEC" -n 2 -genv DDL_EMULATE_NODES 2 -genv CUDA_VISIBLE_DEVICES 0
 suite test_torch-1-rank 70 "$PWD/benchmarks/horovod_torch_1rank_cpu_failures.txt" -- \
     env PYTHONPATH="$SHIM:$PYTHONPATH" "$MPIEXEC" -n 1 -genv CUDA_VISIBLE_DEVICES 0
+# the host transport's training (issue 38 item 2: allreduce_n_async overlaps with backward there too);
+# its limit is a first target, half the 4.1-4.4x the host route took before it overlapped
+entry resnet-2x64-shared-host   60 gpu  -- $M2 $HOST python3 benchmarks/gpu_train_ratio.py shared --limit 2.2 \
+    --baseline "$OUT/resnet_alone.json"
 
 # -- issue 39: a packed sweep of one-GPU trials on this host -------------------------------------------------
 entry sweep-1gpu-trials         90 gpu  -- python3 benchmarks/gpu_sweep_check.py

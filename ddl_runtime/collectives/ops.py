@@ -147,8 +147,10 @@ def _agree_devices(rt: "_rt.Runtime", what: str, signature, refs: Sequence[Tenso
         raise DDLInputError(f"{what}: rank {rt.rank}: {problem}")
 
 
-def _device_start(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature, results: list):
-    """A reduction of device tensors (into their `out` tensors when set); returns its handle."""
+def _device_start(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature, results: list,
+                  asynchronous: bool = False):
+    """A reduction of device tensors (into their `out` tensors when set); returns its handle.
+    `asynchronous`: the caller waits later (allreduce_n_async), so the host transport may overlap."""
     from ..transports import gpu
     _agree_devices(rt, what, signature, refs, gpu.state(rt).index)
     targets = []
@@ -160,7 +162,7 @@ def _device_start(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: s
     def reduce_host(hosts: list) -> None:
         host_refs = [as_tensor(h, ref.name) for h, ref in zip(hosts, refs)]
         _reduce(rt, host_refs, op, rt.algorithms.hierarchical).wait()
-    return gpu.allreduce_start(rt, refs, targets, op, results, reduce_host)
+    return gpu.allreduce_start(rt, refs, targets, op, results, reduce_host, what, asynchronous)
 
 
 class JobInfo(NamedTuple):
@@ -458,7 +460,7 @@ def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[S
     refs, op, what = _prepare_n(tensors, op, names, "allreduce_n_async")
     signature = (("allreduce_n_async", op), tuple(_entry(r) for r in refs))
     if _on_device(refs):
-        return _device_start(rt, refs, op, what, signature, list(tensors))
+        return _device_start(rt, refs, op, what, signature, list(tensors), asynchronous=True)
     rt.timeline.begin("allreduce_n_async", {"op": op, "tensors": len(refs)})
     if _reduce_heap(rt, refs, op, what, signature) or _reduce_small(rt, refs, op, what, signature):
         # one host, tensors in the shared heap or small: done before it returns

@@ -163,13 +163,15 @@ class Runtime:
         self.finalized = True
         if self.engine.active or self.engine.queued:
             self.engine.wait(lambda: not (self.engine.active or self.engine.queued))
+        gpu = sys.modules.get("ddl_runtime.transports.gpu")  # only when a CUDA collective loaded it
+        if gpu is not None:
+            gpu.drain(self)  # staged allreduces still in flight finish while peers still take part
         self.watchdog.stop_thread()
         self.watchdog.announce_exit()
         missing = self.watchdog.wait_for_exits(timeout_s)
         if missing:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
-        gpu = sys.modules.get("ddl_runtime.transports.gpu")  # only when a CUDA collective loaded it
         if gpu is not None:
             gpu.shutdown(self, collective=not missing)  # the NCCL process group, the IPC groups
         if not missing:

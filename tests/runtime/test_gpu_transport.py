@@ -115,6 +115,26 @@ def test_nccl_path_through_gloo_host_staging_and_agreed_device_errors_with_two_r
 
 
 
+def test_host_transport_async_allreduce_returns_before_its_copy_and_overlaps_with_the_callers_work(run_mpi):
+    """allreduce_n_async on the host transport (issue 38, item 2), CPU tensors through the CUDA route
+    with copies held back as a GPU still computing holds them: the call returns at once, the result
+    is the reduction of what the tensors held when the copy ran, several calls in flight are right
+    in any wait order and bit-equal to the synchronous staging; an unwaited call ends at finalize."""
+    ranks = run_mpi(2, "staged_overlap_job.py", timeout=120).summary(2)
+    assert all(rank["returned_s"] < 1.0 for rank in ranks)
+
+
+def test_host_transport_async_allreduce_without_shared_memory_stages_synchronously(run_mpi):
+    run_mpi(2, "staged_overlap_job.py", "sync", env={"DDL_SHM": "0"}, timeout=120).summary(2)
+
+
+def test_a_failed_staged_reduction_ends_the_job_naming_the_rank_instead_of_hanging(run_mpi):
+    result = run_mpi(2, "staged_overlap_job.py", "fault", timeout=120)
+    result.assert_ended_early("rank 1/2: allreduce_n_async['fault1.0']: the staged reduction failed on this rank: "
+                              "RuntimeError: device-to-host copy failed (injected); aborting the job", "UNREACHED")
+    assert "Traceback" not in result.stderr
+
+
 def test_horovod_negotiated_allreduce_reduces_tensors_where_they_lie_through_the_process_group(run_mpi):
     """horovod.torch's NCCL route (CUDA tensors, NCCL transport) run on CPU tensors through gloo:
     negotiated order first (ranks submit in opposite orders), then each fused group reduced on

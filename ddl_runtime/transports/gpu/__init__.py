@@ -9,8 +9,9 @@ devices is one line on every rank), then hands the tensors here:
   * else the job's transport, chosen at the first CUDA collective and agreed by every rank
     (transport.py): NCCL through the runtime's torch.distributed group where every rank owns
     its GPU (nccl.py), CUDA IPC in the GPU's memory where every rank is on one GPU (ipc.py),
-    host staging through the CPU engine where some ranks share a GPU and others not (host.py).
-    `DDL_GPU_TRANSPORT=nccl|ipc|host` forces one.
+    host staging through the CPU engine where some ranks share a GPU and others not (host.py;
+    `allreduce_n_async` there runs in a thread of its own over shared memory of its own, so it
+    overlaps with the caller's work: staged.py).  `DDL_GPU_TRANSPORT=nccl|ipc|host` forces one.
 
 Results are on the input's device, in order on the caller's stream.  The host callables
 (`reduce_host`, `bcast_host`, `gather_host`) are ops.py's CPU collectives without their
@@ -23,14 +24,26 @@ from typing import Callable, Sequence
 from ...engine.buffers import TensorRef
 from . import ipc, mpi, nccl
 from .host import Staging
+from .staged import StagedStream
 from .transport import agree, decided, state
 
 
+def drain(rt) -> None:
+    """Finish the staged allreduces in flight (finalize, before this rank announces its exit)."""
+    staged = rt.gpu.staged if rt.gpu is not None else None
+    if staged:
+        staged.drain()
+
+
 def shutdown(rt=None, collective: bool = True) -> None:
-    """Destroy the process group the runtime created, if any, and the IPC groups (finalize; their
-    shared words are freed collectively only when every rank finalized)."""
+    """Destroy the process group the runtime created, if any, the IPC groups and the staged stream
+    (finalize; their shared memory is freed collectively only when every rank finalized)."""
     if rt is not None:
         ipc.shutdown(rt, collective)
+        staged = rt.gpu.staged if rt.gpu is not None else None
+        if staged:
+            staged.close(collective)
+            rt.gpu.staged = None
     nccl.shutdown()
 
 
@@ -43,10 +56,22 @@ def host_staging(rt) -> Staging:
     return gpu.staging
 
 
+def staged_stream(rt):
+    """The host transport's stream of asynchronous allreduces (staged.py), opened on first use
+    (collective: every rank of a host-staged allreduce_n_async gets here); None where the job has
+    no shared memory for it."""
+    gpu = state(rt)
+    if gpu.staged is None:
+        gpu.staged = StagedStream.open(rt, host_staging(rt)) or False
+    return gpu.staged or None
+
+
 def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, results: list,
-                    reduce_host: Callable[[list], None]) -> nccl.Pending:
+                    reduce_host: Callable[[list], None], what: str = "allreduce",
+                    asynchronous: bool = False):
     """Reduce the device tensors `targets` (the refs' tensors, or their outputs) in place; returns
-    a handle whose wait() returns `results`."""
+    a handle whose wait() returns `results`.  `asynchronous` (allreduce_n_async): on the host
+    transport the reduction overlaps with the caller's work (staged.py)."""
     if rt.size > 1:
         if mpi.takes(refs):
             mpi.allreduce(rt, [_retarget(r, t) for r, t in zip(refs, targets)], op)
@@ -55,6 +80,10 @@ def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, r
         elif agree(rt).name == "ipc":
             return ipc.group(rt).allreduce_start(targets, op, results)
         else:
+            stream = staged_stream(rt) if asynchronous and StagedStream.takes(op) else None
+            pending = stream.start(targets, op, what, results) if stream is not None else None
+            if pending is not None:
+                return pending
             host_staging(rt).allreduce(targets, reduce_host)
     return nccl.Pending([], lambda: None, results)
 

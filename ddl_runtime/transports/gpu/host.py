@@ -12,8 +12,11 @@ caller's stream, and the host thread does not wait for them.
 Pool reuse is safe because every copy of a pooled buffer runs on the one side stream: a
 buffer handed back while its host-to-device copy is still queued is next written by a
 device-to-host copy queued after it, and host code writes it only after that copy finished;
-a buffer the host writes first (`Staging.lease`: a broadcast's receivers, an output) is taken
-once the side stream drained.  An asynchronous operation (horovod.torch's handles) holds its
+a buffer the host writes first (`Staging.lease`: a broadcast's receivers, an output) is taken,
+then the side stream drained, so a copy queued before it was handed back has run.  The pool
+takes a lock: the staged stream's thread (staged.py) hands buffers back while the caller's
+thread takes them, and both queue copies on the side stream (CUDA streams take work from any
+thread, in the order it was queued).  An asynchronous operation (horovod.torch's handles) holds its
 buffers (a `Lease`) until its result was copied back: operations in flight at once never share one.
 
 `HostCopies` stands in for the streams where tensors are CPU tensors, so the pool and the
@@ -22,6 +25,7 @@ order of copies and reductions run in CI; only the CUDA streams and events need 
 from __future__ import annotations
 
 import sys
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
@@ -49,23 +53,26 @@ class PinnedPool:
         self._allocate = allocate
         self._keep = keep
         self._free: "OrderedDict[Tuple, List]" = OrderedDict()
+        self._lock = threading.Lock()
         self.allocations = 0
 
     def take(self, numel: int, dtype):
         key = (dtype, numel)
-        free = self._free.get(key)
-        if free:
-            self._free.move_to_end(key)
-            return free.pop()
-        self.allocations += 1
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                self._free.move_to_end(key)
+                return free.pop()
+            self.allocations += 1
         return self._allocate(numel, dtype)
 
     def give(self, buf) -> None:
         key = (buf.dtype, buf.numel())
-        self._free.setdefault(key, []).append(buf)
-        self._free.move_to_end(key)
-        while len(self._free) > self._keep:
-            self._free.popitem(last=False)
+        with self._lock:
+            self._free.setdefault(key, []).append(buf)
+            self._free.move_to_end(key)
+            while len(self._free) > self._keep:
+                self._free.popitem(last=False)
 
 
 def pinned_allocator(numel: int, dtype):
@@ -87,6 +94,11 @@ class CudaCopies:
         self.side = torch.cuda.Stream(self.device)
 
     def to_host(self, srcs: Sequence, dsts: Sequence) -> None:
+        self.finish_to_host(self.start_to_host(srcs, dsts))  # the host reads the buffers next
+
+    def start_to_host(self, srcs: Sequence, dsts: Sequence):
+        """Queue the device-to-host copies after the caller's work so far; the host does not wait.
+        Returns what `finish_to_host` waits for (an event)."""
         torch = self.torch
         caller = torch.cuda.current_stream(self.device)
         ready = torch.cuda.Event()
@@ -98,7 +110,28 @@ class CudaCopies:
                 dst.copy_(src.detach().reshape(-1), non_blocking=True)
                 src.record_stream(self.side)
             copied.record(self.side)
-        copied.synchronize()  # the host reads the buffers next
+        return copied
+
+    def finish_to_host(self, copied) -> None:
+        """Block this thread until the copies of `start_to_host` landed in host memory."""
+        copied.synchronize()
+
+    def start_to_device(self, srcs: Sequence, dsts: Sequence):
+        """Queue host-to-device copies on the side stream (any thread), after what it holds already: for
+        a staged allreduce, its device-to-host copies, which waited for the caller's work on `dsts`.
+        Returns what `join` orders the caller's stream after (an event)."""
+        torch = self.torch
+        copied = torch.cuda.Event()
+        with torch.cuda.device(self.device), torch.cuda.stream(self.side):
+            for src, dst in zip(srcs, dsts):
+                dst.detach().view(-1).copy_(src, non_blocking=True)
+                dst.record_stream(self.side)
+            copied.record(self.side)
+        return copied
+
+    def join(self, copied) -> None:
+        """The caller's stream (this thread's current stream) waits for `start_to_device`'s copies."""
+        self.torch.cuda.current_stream(self.device).wait_event(copied)
 
     def to_device(self, srcs: Sequence, dsts: Sequence) -> None:
         torch = self.torch
@@ -133,6 +166,18 @@ class HostCopies:
         for src, dst in zip(srcs, dsts):
             dst.detach().view(-1).copy_(src)
 
+    def start_to_host(self, srcs: Sequence, dsts: Sequence) -> None:
+        self.to_host(srcs, dsts)
+
+    def finish_to_host(self, copied) -> None:
+        pass
+
+    def start_to_device(self, srcs: Sequence, dsts: Sequence) -> None:
+        self.to_device(srcs, dsts)
+
+    def join(self, copied) -> None:
+        pass
+
 
 class Staging:
     """Pool + copies: the host-staged collectives."""
@@ -147,9 +192,11 @@ class Staging:
     def lease(self, specs: Sequence[Tuple[tuple, object]]) -> Lease:
         """Pooled host buffers (one per dtype) for tensors of these (shape, dtype), for the host to write
         (a broadcast's receivers, an output); they stay out of the pool until `give_back(lease)`.  The
-        side stream's queued copies finish first: one may still read a buffer given back."""
+        side stream's queued copies finish after the buffers are taken: one queued before a buffer was
+        given back may still read it."""
+        lease = self._take(specs)
         self.copies.drain()
-        return self._take(specs)
+        return lease
 
     def _take(self, specs: Sequence[Tuple[tuple, object]]) -> Lease:
         totals: "OrderedDict" = OrderedDict()
@@ -180,6 +227,17 @@ class Staging:
             self.give_back(lease)
             raise
         return lease
+
+    def start_copy_out(self, tensors: Sequence) -> Tuple[Lease, object]:
+        """`tensors` queued device-to-host into a new lease, the host not waiting: it may read the lease
+        after `copies.finish_to_host(token)` (staged.py's thread does)."""
+        lease = self._take([(tuple(t.shape), t.dtype) for t in tensors])
+        try:
+            token = self.copies.start_to_host(tensors, [v.view(-1) for v in lease.views])
+        except BaseException:
+            self.give_back(lease)
+            raise
+        return lease, token
 
     def copy_in(self, hosts: Sequence, dsts: Sequence) -> None:
         """Host tensors (a lease's views, or other host memory) into the device tensors `dsts`, ordered

@@ -39,6 +39,7 @@ class GpuState:
     everyone: Optional[list] = None  # every rank's (DDL_GPU_TRANSPORT, GpuIdentity or None), gathered at init
     transport: Optional[Transport] = None
     staging: Any = None  # host.Staging, made on the first host-staged call
+    staged: Any = None  # staged.StagedStream (the host transport's async allreduces), False where none can be
     ipc_groups: Dict[str, Any] = field(default_factory=dict)  # ipc.IpcGroup per stream of calls, made on first use
 
 
