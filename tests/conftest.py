@@ -19,12 +19,14 @@ REPO = Path(__file__).resolve().parent.parent
 def isolated_env(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
+    # LINES and COLUMNS: pytest-xdist's workers carry a terminal size (24 x 80) that no job has
+    # (show_env.py prints LINES long lines, which mixed Open MPI's output in other tests)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_"))}
+           if not k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_")) and k not in ("LINES", "COLUMNS")}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local/share"),
                WML_JOBS_DIR=str(tmp_path / "wml-jobs"), WML_HOSTNAME="testhost.example.org")
     for k in list(os.environ):
-        if k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_")):
+        if k.startswith(("WML_", "LSB_", "SLURM_", "COBALT_", "DDL_")) or k in ("LINES", "COLUMNS"):
             monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -81,11 +82,16 @@ def test_bsub_double_warns_wt_minutes_before_the_run_limit_then_ends_the_job(tmp
     """The double itself, 1 s a minute: -W 4 -wt 3: SIGUSR1 to the script at 1 s, SIGUSR2 to the job
     at the limit (4 s), LSF's TERM_RUNLIMIT report; done() of a failed job stays pending for ever."""
     head = "#!/bin/bash\n#BSUB -P p\n#BSUB -nnodes 1\n#BSUB -W 4\n#BSUB -o out.%J\n"
-    first = _submit("lsf/bsub", head + "#BSUB -wa USR1\n#BSUB -wt 3\ntrap 'echo warned at $SECONDS' USR1\n"
-                    "while :; do sleep 0.1; done\n", tmp_path, stdin=True, WML_DOUBLE_SECONDS_PER_MINUTE="1")
+    first = _submit("lsf/bsub", head + "#BSUB -wa USR1\n#BSUB -wt 3\nstart=$EPOCHREALTIME\n"
+                    "trap 'echo warned after $start $EPOCHREALTIME' USR1\nwhile :; do sleep 0.1; done\n",
+                    tmp_path, stdin=True, WML_DOUBLE_SECONDS_PER_MINUTE="1")
     assert first.stdout.strip() == "Job <1001> is submitted to queue <batch>.", first.stderr
     out = (tmp_path / "out.1001").read_text()
-    assert "warned at 1" in out and "TERM_RUNLIMIT" in out and "Exited with exit code 140." in out, out
+    # when the warning came, from the script's own clock (bash's $SECONDS counts whole wall-clock
+    # seconds, so a warning 1.01 s in could read 2): about 1 s, long before the 4 s limit
+    warned = re.search(r"warned after (\S+) (\S+)", out)
+    assert warned and 0.5 <= float(warned[2]) - float(warned[1]) <= 2.5, out
+    assert "TERM_RUNLIMIT" in out and "Exited with exit code 140." in out, out
     held = _submit("lsf/bsub", head + "#BSUB -w done(1001)\ntouch ran\n", tmp_path, stdin=True)
     assert "Job <1002> is submitted" in held.stdout and not (tmp_path / "ran").exists()
     bjobs = subprocess.run([sys.executable, str(DOUBLES / "lsf" / "bjobs"), "-noheader", "-o", "stat exit_code", "1002"],
