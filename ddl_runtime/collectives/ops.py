@@ -255,7 +255,7 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     if not _reduce_small(rt, [ref], op, what, signature):
         _agree(rt, what, signature)
         if rt.size == 1 or rt.shm is not None:
-            _reduce(rt, [ref], op, False)
+            _reduce(rt, [ref], op, False).wait()  # done on return, unless /dev/shm had no room: MPI
         elif ref.nbytes <= SMALL_BYTES and not ref.widened:
             # latency-bound: one flat allreduce on the tensor itself, no bucket machinery.  Its own
             # communicator keeps it out of the order of buckets still in flight (which differs by rank).

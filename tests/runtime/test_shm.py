@@ -170,7 +170,9 @@ def test_a_small_dev_shm_falls_back_with_one_line_instead_of_sigbus(run_mpi):
     """/dev/shm smaller than the job's buffers: a window past its free space would map and then
     kill the rank with SIGBUS.  The arena, shared_zeros and result regions check the room
     first (all ranks alike), reduce through MPI / ordinary memory with the right values, and
-    the host's first rank says so once per kind; what fits still uses shared memory."""
+    the host's first rank says so once per kind; what fits still uses shared memory.  A single
+    tensor's allreduce is reduced when it returns; Horovod's negotiated allreduce reduces through MPI
+    too, a large tensor where it lies."""
     result = run_mpi(2, "small_devshm_job.py", prefix=_small_dev_shm_prefix(), timeout=180)
     assert "Bus error" not in result.stdout + result.stderr
     summary = result.summary(2)
@@ -181,9 +183,14 @@ def test_a_small_dev_shm_falls_back_with_one_line_instead_of_sigbus(run_mpi):
         assert s["small_shared_zeros_in_heap"], s
         before, after, needed = s["exact_growth"]  # doubling did not fit; what the call needed did
         assert needed <= after < 2 * before, s
+        assert s["hvd_inplace_peak"] < (32 << 20) // 4, s  # hvd.allreduce_ of 32 MB: reduced where it lies
     said = [line for line in result.stderr.splitlines() if "/dev/shm has" in line]
-    assert len(said) == 3, result.stderr[-3000:]
+    # once per kind from the native group's first rank, and again from Horovod's own shared memory
+    # (its arena and results: collectives/negotiated.py) when it finds no room either
+    native, horovod = said[:3], said[3:]
+    assert len(native) == 3 and len(horovod) <= 2, result.stderr[-3000:]
+    assert all(" for shared_zeros of " not in line for line in horovod), said
     assert all(line.startswith("ddl_runtime: rank 0/2: /dev/shm has ") and "does not fit" in line
                and "DDL_SHM=0" in line for line in said), said
-    assert [k for k in ("an arena of", "for shared_zeros of", "for results of") if any(k in line for line in said)] \
+    assert [k for k in ("an arena of", "for shared_zeros of", "for results of") if any(k in line for line in native)] \
         == ["an arena of", "for shared_zeros of", "for results of"], said
