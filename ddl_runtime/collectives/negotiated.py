@@ -70,12 +70,7 @@ class NegotiatedShm:
 
     def _check_peers(self) -> None:
         """In a negotiated op's wait: a peer that finalized will never arrive."""
-        exited = self.rt.watchdog.exited
-        if not exited:
-            return
-        group = self.group
-        group.ctl_win.Sync()
-        late = [r for r in sorted(exited) if group.slots[r][0] < group.epoch]  # arrived before leaving: fine
+        late = self.group.left_behind(self.rt.watchdog.exited)
         if late:
             self.rt.abort(f"{self.running}: rank{'s' if len(late) > 1 else ''} {','.join(map(str, late))} "
                           "finalized before taking part in it; it was negotiated on every rank")

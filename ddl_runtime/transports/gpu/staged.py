@@ -244,12 +244,7 @@ class StagedStream:
 
     def _check_peers(self) -> None:
         """In the thread's barrier: a peer that finalized will never arrive."""
-        exited = self.rt.watchdog.exited
-        if not exited:
-            return
-        group = self.group
-        group.ctl_win.Sync()
-        late = [r for r in sorted(exited) if group.slots[r][0] < group.epoch]
+        late = self.group.left_behind(self.rt.watchdog.exited)
         if late:
             running = self._running.what if self._running is not None else "a staged allreduce"
             raise _PeerLeft(f"{running}: rank{'s' if len(late) > 1 else ''} {','.join(map(str, late))} "

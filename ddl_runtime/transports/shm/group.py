@@ -218,6 +218,14 @@ class ShmGroup:
         self.ctl_win.Sync()
         return all(slot[cell] == digest for slot in slots)
 
+    def left_behind(self, exited) -> List[int]:
+        """Of the ranks in `exited` (those that finalized, as the watchdog heard), the ones that had not
+        reached this rank's current barrier: they will never arrive (one that arrived, then left, is fine)."""
+        if not exited:
+            return []
+        self.ctl_win.Sync()
+        return [r for r in sorted(exited) if self.slots[r][0] < self.epoch]
+
     def words(self) -> List[int]:
         """Every rank's `word` of the last barrier (a peer writes that cell again only after
         every rank has passed the next barrier)."""
