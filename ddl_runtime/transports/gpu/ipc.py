@@ -195,15 +195,17 @@ class IpcGroup:
         if self.broken:
             raise DDLError(self.broken)
         gone = set(self.departed())
+        lost = []  # every peer found gone: a survivor that raised and exited may be seen before the first to die
         for p in (range(self.size) if ranks is None else ranks):
             if p == self.rank:
                 continue
             pid = int(self.words[p, PID])
             if p in gone or not _alive(pid):
-                how = "finalized" if p in gone else f"died (pid {pid})"
-                self.broken = (f"{self.calling or self.what}: rank {p} {how} while ranks sharing this GPU "
-                               "held each other's CUDA IPC handles; this GPU group cannot continue")
-                raise DDLError(self.broken)
+                lost.append(f"rank {p} " + ("finalized" if p in gone else f"died (pid {pid})"))
+        if lost:
+            self.broken = (f"{self.calling or self.what}: {', '.join(lost)} while ranks sharing this GPU "
+                           "held each other's CUDA IPC handles; this GPU group cannot continue")
+            raise DDLError(self.broken)
 
     def _spin(self, column: int, g: int, ranks: Sequence[int]) -> None:
         """Host wait until every rank of `ranks` published `g` in `column`."""
