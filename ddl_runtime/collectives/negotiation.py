@@ -515,9 +515,7 @@ class Controller:
 
     def _post_allreduce_mpi(self, group, inputs, outputs, dtype, counts, names, handles, op, prescale,
                             postscale) -> None:
-        for j, (handle, i, (_, _, shape)) in enumerate(group):
-            if handle is not None and outputs[j] is None:
-                outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
+        _take_outputs(group, outputs, dtype)
         divisor = self.size if op == "average" else 1
         flight = kernels.post_allreduce(self.data, inputs, outputs, dtype, counts, op, prescale, postscale,
                                         divisor, label="ALLREDUCE")
@@ -794,9 +792,7 @@ def _mpi_fallback(ctl: "Controller", group, inputs, outputs, dtype, counts, name
     the others packed into one buffer reused across calls.  Which tensor goes which way follows from the
     group's dtype and counts only, so alike on every rank.  (Posting the group as one non-blocking
     Iallreduce on a new buffer, as other groups are, took 2.3x the native engine's MPI path at 64 MB.)"""
-    for j, (handle, i, (_, _, shape)) in enumerate(group):
-        if handle is not None and outputs[j] is None:
-            outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
+    _take_outputs(group, outputs, dtype)
     wide = kernels.reduce_dtype(dtype)
     divisor = ctl.size if op == "average" else 1
     what = f"allreduce '{group[0][2][0]}'" + (f" (+{len(group) - 1} fused)" if len(group) > 1 else "")
@@ -804,7 +800,7 @@ def _mpi_fallback(ctl: "Controller", group, inputs, outputs, dtype, counts, name
     for src, out, n, own in zip(inputs, outputs, counts, alone):
         if own:
             target = out.reshape(-1) if out is not None else np.zeros(n, dtype=dtype)  # a joined rank: zeros
-            if src is not None and (prescale != 1.0 or not np.shares_memory(src, target)):
+            if src is not None and (prescale != 1.0 or not np.may_share_memory(src, target)):
                 kernels.prescaled(src.reshape(-1), prescale, target)
             _reduce_chunks(ctl, target, op, what)
             _finish_in_place(target, divisor, postscale)
@@ -853,27 +849,39 @@ def _finish_in_place(flat: np.ndarray, divisor: int, postscale: float) -> None:
 
 
 def _wait_mpi(ctl: "Controller", request: MPI.Request, what: str) -> None:
-    """Until `request` completes, saying every stall-warning period who is waited for; a peer that shut
-    down, or DDL_STALL_SHUTDOWN_S, is a DDLError (the set is broken)."""
-    start = time.monotonic()
-    warned = start
-    gone_since = None
+    """Until `request` completes, as _Patience says."""
+    patience = _Patience(ctl, what)
+    others = _ranks([r for r in ctl.global_ranks if r != ctl.global_ranks[ctl.rank]])
     while not request.Test():
+        patience.tick(f"{others} to reduce it through MPI")
+
+
+class _Patience:
+    """A blocking flight's wait, one tick per poll: a line every stall-warning period naming who it waits
+    for; a peer that shut down, or DDL_STALL_SHUTDOWN_S, is a DDLError that marks the set broken; the
+    CPU is given back between polls."""
+
+    def __init__(self, ctl: "Controller", what: str):
+        self.ctl, self.what = ctl, what
+        self.start = self.warned = time.monotonic()
+        self.gone_since: Optional[float] = None
+
+    def tick(self, waiting_for: str) -> None:
+        ctl, what = self.ctl, self.what
         now = time.monotonic()
-        waited = now - start
-        if now - warned >= ctl.stall_warning_s:
-            warned = now
-            others = [r for r in ctl.global_ranks if r != ctl.global_ranks[ctl.rank]]
-            _log.log(f"{what}: waiting {waited:.0f} s for {_ranks(others)} to reduce it through MPI")
+        waited = now - self.start
+        if now - self.warned >= ctl.stall_warning_s:
+            self.warned = now
+            _log.log(f"{what}: waiting for {waiting_for} for {waited:.0f} s")
         gone = ctl._departed_peers()
         if gone:
-            gone_since = gone_since or now
-            if now - gone_since >= DEPARTED_GRACE_S:
+            self.gone_since = self.gone_since or now
+            if now - self.gone_since >= DEPARTED_GRACE_S:
                 ctl.broken = f"{what} was abandoned in mid-transfer: {_ranks(gone)} shut down"
                 raise DDLError(f"{what}: {_ranks(gone)} shut down (finalize or exit) without taking part in it")
         if ctl.stall_shutdown_s is not None and waited >= ctl.stall_shutdown_s:
             ctl.broken = f"{what} was abandoned in mid-transfer after {waited:.0f} s"
-            raise DDLError(f"{what}: not reduced after {waited:.0f} s; giving up")
+            raise DDLError(f"{what}: still waiting for {waiting_for} after {waited:.0f} s; giving up")
         if waited > 1.0:
             time.sleep(0.0005)
         else:
@@ -887,41 +895,28 @@ class _AdasumFlight(_BlockingFlight):
 
     def run(self, ctl: Controller) -> None:
         inputs, outputs, dtype, counts, prescale, postscale = self.args
-        for j, (handle, i, (_, _, shape)) in enumerate(self.group):
-            if handle is not None and outputs[j] is None:
-                outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
+        _take_outputs(self.group, outputs, dtype)
         outs = [o if o is not None else np.empty(n, dtype=dtype) for o, n in zip(outputs, counts)]
         what = f"allreduce '{self.group[0][2][0]}' (Adasum" + (f", +{len(self.group) - 1} fused)" if len(self.group) > 1
                                                              else ")")
-        start = time.monotonic()
-        clock = {"warned": start, "gone": None}
+        patience = _Patience(ctl, what)
 
         def idle(peer: int) -> None:  # a peer busy elsewhere is named; one that shut down never sends its half
-            now = time.monotonic()
-            waited = now - start
-            if now - clock["warned"] >= ctl.stall_warning_s:
-                clock["warned"] = now
-                _log.log(f"{what}: waiting for rank {ctl.global_ranks[peer]} to exchange its half for {waited:.0f} s")
-            gone = ctl._departed_peers()
-            if gone:
-                clock["gone"] = clock["gone"] or now
-                if now - clock["gone"] >= DEPARTED_GRACE_S:
-                    ctl.broken = f"{what} was abandoned in mid-transfer: {_ranks(gone)} shut down"
-                    raise DDLError(f"{what}: {_ranks(gone)} shut down (finalize or exit) without taking part in it")
-            if ctl.stall_shutdown_s is not None and waited >= ctl.stall_shutdown_s:
-                ctl.broken = f"{what} was abandoned in mid-transfer after {waited:.0f} s"
-                raise DDLError(f"{what}: rank {ctl.global_ranks[peer]} did not exchange its half for {waited:.0f} s; "
-                               "giving up")
-            if waited > 1.0:
-                time.sleep(0.0005)
-            else:
-                os.sched_yield()
+            patience.tick(f"rank {ctl.global_ranks[peer]} to exchange its half")
 
         try:
             adasum.allreduce(ctl.data, inputs, outs, dtype, counts, prescale, postscale, idle)
         except DDLError as exc:  # the group's requests fail with it (this set is broken: see idle)
             for h in self.handles:
                 h.error = h.error or exc
+
+
+def _take_outputs(group, outputs: list, dtype) -> None:
+    """An allreduce group's outputs the callers left to us (None), taken from the results pool and
+    handed to their requests too; a joined rank's entries (no handle) stay None."""
+    for j, (handle, i, (_, _, shape)) in enumerate(group):
+        if handle is not None and outputs[j] is None:
+            outputs[j] = handle.request.outputs[i] = RESULTS.take(tuple(shape), dtype)
 
 
 def _output(req: Request, i: int, shape: tuple, dtype) -> np.ndarray:
