@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--room-mb", type=float, default=1.0, help="the largest window the room check allows")
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args()
+    if args.repeat < 1 or args.room_mb < 0:
+        ap.error("--repeat must be at least 1 and --room-mb not negative")
     allowed = shm_group.ShmGroup.room_for
 
     def room_for(self, nbytes, what, instead, reclaim=0, say=True):

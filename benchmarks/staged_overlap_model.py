@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--latency", action="store_true", help="per-call cost of the thread instead (see above)")
     args = ap.parse_args()
+    if min(args.mb, args.buckets, args.copy_gb_per_s, args.steps) <= 0 or min(args.forward_ms, args.backward_ms) < 0:
+        ap.error("--mb, --buckets, --copy-gb-per-s and --steps must be positive, the times not negative")
     ddl.init()
     rt = _rt.current()
     stream = SimStream()
