@@ -24,6 +24,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lms_models import gpt, resnet  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GiB = 1 << 30
@@ -31,13 +34,13 @@ SECTIONS = ("throughput", "largest", "overhead", "equal", "wmlce", "ranks")
 
 GPU = dict(layers=(3, 8, 36, 3), width=64, image=224, cap=16 * GiB, batch=256, small=64, steps=10, warmup=3,
            search=(64, 16), ranks_batch=128, equal_steps=20)
-CPU = dict(layers=(1, 1, 1, 1), width=4, image=16, cap=3 << 20, batch=16, small=4, steps=2, warmup=2,
+CPU = dict(layers=(1, 1, 1, 1), width=4, image=32, cap=(5 << 20) // 2, batch=16, small=4, steps=2, warmup=2,
            search=(4, 4), ranks_batch=8, equal_steps=4)
 
 WMLCE_SCRIPT = """\
 import sys, time, torch
 sys.path.insert(0, {here!r})
-from lms_bench import resnet
+from lms_models import resnet
 torch.cuda.set_enabled_lms(True)                 # the only LMS line of a WML CE script
 cfg = {cfg!r}
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -54,53 +57,6 @@ for _ in range(3):
     opt.step()
 print("TRAINED", float(loss), flush=True)
 """
-
-
-# -- the model: torchvision's ResNet (Bottleneck, expansion 4), without torchvision ---------------
-def resnet(layers=(3, 8, 36, 3), width=64, classes=1000):
-    import torch
-    from torch import nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, inplanes, planes, stride):
-            super().__init__()
-            out = planes * 4
-            self.conv1, self.bn1 = nn.Conv2d(inplanes, planes, 1, bias=False), nn.BatchNorm2d(planes)
-            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(planes)
-            self.conv3, self.bn3 = nn.Conv2d(planes, out, 1, bias=False), nn.BatchNorm2d(out)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or inplanes != out:
-                self.downsample = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride, bias=False), nn.BatchNorm2d(out))
-
-        def forward(self, x):
-            idt = x if self.downsample is None else self.downsample(x)
-            y = self.relu(self.bn1(self.conv1(x)))
-            y = self.relu(self.bn2(self.conv2(y)))
-            return self.relu(self.bn3(self.conv3(y)) + idt)
-
-    class ResNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
-            self.bn1, self.relu, self.maxpool = nn.BatchNorm2d(width), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)
-            inplanes, stages = width, []
-            for i, n in enumerate(layers):
-                planes = width * 2 ** i
-                blocks = [Bottleneck(inplanes, planes, 1 if i == 0 else 2)]
-                inplanes = planes * 4
-                blocks += [Bottleneck(inplanes, planes, 1) for _ in range(n - 1)]
-                stages.append(nn.Sequential(*blocks))
-            self.layer1, self.layer2, self.layer3, self.layer4 = stages
-            self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(inplanes, classes)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    return ResNet()
 
 
 # -- one configuration, in its own process --------------------------------------------------------

@@ -32,7 +32,7 @@ from . import planner
 from .transfer import CudaTransfer, HostStandIn, Transfer
 
 RESHAPE_TOLERANCE = 0.1
-MIN_PREFETCH_BYTES = 64 << 20
+MIN_PREFETCH_BYTES = 64 << 20      # the prefetch window's most, by default (_prefetch_window)
 _warned = set()
 
 
@@ -409,12 +409,16 @@ class Session:
         return 2 * biggest + self._prefetch_window()
 
     def _prefetch_window(self) -> int:
+        """Bytes brought back ahead of their use in backward: a sixteenth of the budget, at most
+        MIN_PREFETCH_BYTES (a fixed 64 MB left a budget under about 70 MB no room for activations),
+        and at least two of the largest saved tensors."""
         if self.prefetch_bytes is not None:
             return self.prefetch_bytes
+        window = min(MIN_PREFETCH_BYTES, self.budget // 16)
         if self._profile is None:
-            return MIN_PREFETCH_BYTES
+            return window
         biggest = max((t.nbytes for t in self._profile.tensors), default=0)
-        return max(MIN_PREFETCH_BYTES, 2 * biggest)
+        return max(window, 2 * biggest)
 
     def _end_forward(self, graph: _Graph) -> None:
         plan = self._plan
@@ -459,7 +463,7 @@ class Session:
             swap = self._swap(index, nbytes)
         else:
             swap = inputs_of in self._plan.swap_inputs and nbytes >= self.size
-        if not swap or not t.is_contiguous():
+        if not swap:
             self._dedupe[key] = (weakref.ref(t), None)
             if isinstance(self.transfer, HostStandIn):
                 self.transfer.account(nbytes)
