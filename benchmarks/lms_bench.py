@@ -30,12 +30,17 @@ from lms_models import gpt, resnet  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GiB = 1 << 30
-SECTIONS = ("throughput", "largest", "overhead", "equal", "wmlce", "ranks")
+# timed sections run one after another, alone on the GPU; the others (no timing) then run side by side
+TIMED = ("throughput", "gpt", "overhead")
+UNTIMED = ("largest", "gpt_largest", "equal", "wmlce", "ranks")
+SECTIONS = TIMED + UNTIMED
 
 GPU = dict(layers=(3, 8, 36, 3), width=64, image=224, cap=16 * GiB, batch=256, small=64, steps=10, warmup=3,
-           search=(64, 16), ranks_batch=128, equal_steps=20)
+           largest=80, search=16, ranks_batch=128, equal_steps=20,
+           gpt=dict(layers=24, d_model=1024, heads=16, seq=1024, vocab=8192), gpt_steps=3, gpt_warmup=2)
 CPU = dict(layers=(1, 1, 1, 1), width=4, image=32, cap=(5 << 20) // 2, batch=16, small=4, steps=2, warmup=2,
-           search=(4, 4), ranks_batch=8, equal_steps=4)
+           largest=4, search=4, ranks_batch=8, equal_steps=4,
+           gpt=dict(layers=2, d_model=32, heads=2, seq=16, vocab=64), gpt_steps=2, gpt_warmup=2)
 
 WMLCE_SCRIPT = """\
 import sys, time, torch
@@ -74,27 +79,37 @@ def worker(spec: dict) -> dict:
     if spec["capped"] and not cpu:
         torch.cuda.set_per_process_memory_fraction(cfg["cap"] / torch.cuda.get_device_properties(0).total_memory)
     torch.manual_seed(0)
-    model = resnet(cfg["layers"], cfg["width"]).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batch = spec["batch"]
+    g = torch.Generator(device=dev).manual_seed(1)
+    if spec.get("model") == "gpt":         # the decoder: AdamW, next-token loss outside the model
+        t = spec["gpt"]
+        model = gpt(t["layers"], t["d_model"], t["heads"], t["seq"], t["vocab"]).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        tokens = torch.randint(0, t["vocab"], (batch, t["seq"] + 1), device=dev, generator=g)
+        x, y = tokens[:, :-1], tokens[:, 1:].reshape(-1)
+        per_item = t["seq"]                # throughput in tokens
+    else:
+        model = resnet(cfg["layers"], cfg["width"]).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(batch, 3, cfg["image"], cfg["image"], device=dev, generator=g)
+        y = torch.randint(0, 1000, (batch,), device=dev, generator=g)
+        per_item = 1
     if spec["lms"]:
         lms.enable(model, budget=cfg["cap"] if cpu else 0, optimizer=opt)
-    g = torch.Generator(device=dev).manual_seed(1)
-    batch = spec["batch"]
-    x = torch.randn(batch, 3, cfg["image"], cfg["image"], device=dev, generator=g)
-    y = torch.randint(0, 1000, (batch,), device=dev, generator=g)
     sync = (lambda: None) if cpu else torch.cuda.synchronize
+    torch.manual_seed(2)                   # dropout: the same draws in every run
 
     def step():
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, -2), y)
         loss.backward()
         opt.step()
         return loss
 
-    out = {"batch": batch, "lms": spec["lms"], "capped": spec["capped"]}
+    out = {"batch": batch, "lms": spec["lms"], "capped": spec["capped"], "losses": []}
     try:
         for _ in range(spec["warmup"]):
-            step()
+            out["losses"].append(float(step()))
         sync()
         t0 = time.perf_counter()
         for _ in range(spec["steps"]):
@@ -103,7 +118,7 @@ def worker(spec: dict) -> dict:
         dt = (time.perf_counter() - t0) / max(1, spec["steps"])
     except torch.OutOfMemoryError as e:
         return {**out, "oom": True, "error": str(e).splitlines()[0][:300]}
-    out.update(oom=False, ms_per_step=dt * 1e3, images_per_s=batch / dt, loss=float(loss),
+    out.update(oom=False, ms_per_step=dt * 1e3, images_per_s=batch * per_item / dt, loss=float(loss),
                peak_bytes=0 if cpu else torch.cuda.max_memory_allocated())
     if spec["lms"]:
         out["stats"] = str(lms.stats(model))
@@ -160,32 +175,118 @@ def throughput(ctx):
 
 
 def largest(ctx):
-    start, step = ctx["cfg"]["search"]
-    best = None
-    if ctx["cpu"]:
-        best = start            # no out-of-memory on CPU: the search is a GPU thing
-    else:
-        b = start
-        while True:
-            r = run_worker(spec(ctx, b, False, True, steps=1, warmup=1))
-            if r.get("oom"):
+    """Bounded (issue 48): the largest batch without LMS is known (80 on an H200 in 16 GiB, from a
+    search from below): check that it trains and the next step up does not, then one run with LMS at
+    4.7x it, yes or no."""
+    best, step = ctx["cfg"]["largest"], ctx["cfg"]["search"]
+    if not ctx["cpu"]:
+        fits = run_worker(spec(ctx, best, False, True, steps=1, warmup=1))
+        if fits.get("oom"):
+            say("largest", f"batch {best} no longer trains in {ctx['cap_text']} without LMS ({fits['error'][:80]})",
+                False, {"runs": [fits]})
+            return
+        while True:          # the next step up must not fit (else the known figure is stale: go on up)
+            up = run_worker(spec(ctx, best + step, False, True, steps=1, warmup=1))
+            if up.get("oom"):
                 break
-            best, b = b, b + step
-    if best is None:
-        say("largest", f"even batch {start} does not train in {ctx['cap_text']} without LMS", False, {})
-        return
+            best += step
     goal = int(math.ceil(4.7 * best / 8) * 8)
-    got, tried = None, []
-    for b in (goal,) if ctx["cpu"] else (goal, 2 * goal):
-        r = run_worker(spec(ctx, b, True, True, steps=1, warmup=2), timeout=600)
-        tried.append(r)
-        if r.get("oom"):
-            break
-        got = b
-    text = (f"largest batch in {ctx['cap_text']}: without LMS {best}, with LMS >= {got} "
-            f"({(got or 0) / best:.2f}x); target >= 4.7x ({goal})")
-    say("largest", text, None if ctx["cpu"] else bool(got and got >= goal), {"without": best, "with": got,
-                                                                             "runs": tried})
+    r = run_worker(spec(ctx, goal, True, True, steps=1, warmup=2), timeout=600)
+    got = None if r.get("oom") else goal
+    text = (f"in {ctx['cap_text']}: without LMS {best} (not {best + step}), with LMS batch {goal} "
+            f"{'trains' if got else 'does not'}; target 4.7x ({goal}) trains")
+    say("largest", text, None if ctx["cpu"] else bool(got), {"without": best, "with": got, "run": r})
+
+
+# -- the decoder transformer (issue 48): GPT-2-medium's shape, AdamW, at 4x the batch that fits -----
+def gpt_probe(ctx) -> dict:
+    """Peak memory at batch 1 and 2, uncapped, in one process: the batch that should just fit."""
+    import torch
+
+    t = ctx["cfg"]["gpt"]
+    dev = torch.device("cuda")
+    model = gpt(t["layers"], t["d_model"], t["heads"], t["seq"], t["vocab"]).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    peaks = {}
+    for b in (1, 1, 2):
+        tokens = torch.randint(0, t["vocab"], (b, t["seq"] + 1), device=dev)
+        torch.cuda.reset_peak_memory_stats()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].reshape(-1)).backward()
+        opt.step()
+        torch.cuda.synchronize()
+        peaks[b] = torch.cuda.max_memory_allocated()
+    per, fixed = peaks[2] - peaks[1], 2 * peaks[1] - peaks[2]
+    return {"per_sample": per, "fixed": fixed, "estimate": max(1, int((0.95 * ctx["cfg"]["cap"] - fixed) // per))}
+
+
+def _gpt_spec(ctx, batch, lms, capped, **kw):
+    c = ctx["cfg"]
+    return spec(ctx, batch, lms, capped, model="gpt", gpt=c["gpt"], steps=c["gpt_steps"], warmup=c["gpt_warmup"],
+                **kw)
+
+
+def gpt_section(ctx):
+    import torch
+
+    if ctx["cpu"]:
+        b0 = ctx["cfg"]["largest"]
+    else:
+        probe = _subprocess_json([sys.executable, __file__, "--gpt-probe"], timeout=300)
+        if "error" in probe:
+            say("gpt", f"the memory probe failed: {probe['error']}", False, probe)
+            return
+        b0 = probe["estimate"]
+    ctx["gpt_b0"] = b0
+    big = 4 * b0
+    tmp = tempfile.mkdtemp(prefix="lms-gpt-")
+    try:
+        runs = {}
+        for name, lms, capped in (("uncapped", False, False), ("lms", True, True)):
+            path = os.path.join(tmp, name + ".pt")
+            runs[name] = run_worker(_gpt_spec(ctx, big, lms, capped, save=path), timeout=600)
+            if runs[name].get("oom"):
+                say("gpt", f"batch {big} ({name}): {runs[name]['error'][:120]}", False, runs)
+                return
+        a, c = (torch.load(os.path.join(tmp, n + ".pt")) for n in ("uncapped", "lms"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    worst = max(((a[k].double() - c[k].double()).abs().max().item() for k in a if a[k].numel()), default=0.0)
+    la, lc = runs["uncapped"]["losses"] + [runs["uncapped"]["loss"]], runs["lms"]["losses"] + [runs["lms"]["loss"]]
+    same = all(math.isclose(x, y, rel_tol=1e-3) for x, y in zip(la, lc))
+    r = runs["lms"]["images_per_s"] / runs["uncapped"]["images_per_s"]
+    t = ctx["cfg"]["gpt"]
+    say("gpt", f"{t['layers']}x{t['d_model']} decoder, seq {t['seq']}, batch {big} (4x {b0}) with LMS in "
+        f"{ctx['cap_text']}: {runs['lms']['images_per_s']:.0f} tokens/s = {r:.3f}x of uncapped "
+        f"({runs['uncapped']['images_per_s']:.0f}); losses {'equal' if same else 'DIFFER'} (rel 1e-3), largest "
+        f"parameter difference {worst:.1e}; target >= 0.75", None if ctx["cpu"] else (r >= 0.75 and same),
+        {"ratio": r, "b0": b0, "losses_uncapped": la, "losses_lms": lc, "param_diff": worst,
+         "uncapped": runs["uncapped"], "lms": runs["lms"]})
+
+
+def gpt_largest(ctx):
+    """The batch the gpt line took as the largest that trains without LMS: it does, and one more does not."""
+    b0 = ctx.get("gpt_b0")
+    if b0 is None:
+        say("gpt_largest", "no batch to check (the gpt line did not run)", None if ctx["cpu"] else False, {})
+        return
+    if ctx["cpu"]:
+        say("gpt_largest", f"batch {b0} (CPU: no out-of-memory to find)", None, {})
+        return
+    fits = run_worker(_gpt_spec(ctx, b0, False, True, steps=1, warmup=1))
+    more = run_worker(_gpt_spec(ctx, b0 + 1, False, True, steps=1, warmup=1))
+    ok = not fits.get("oom") and bool(more.get("oom"))
+    say("gpt_largest", f"without LMS in {ctx['cap_text']}: batch {b0} {'trains' if not fits.get('oom') else 'does not'}"
+        f", {b0 + 1} {'does not' if more.get('oom') else 'trains too'}; target: {b0} is the largest", ok,
+        {"fits": fits, "more": more})
+
+
+def _subprocess_json(cmd, timeout):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("WORKER "):
+            return json.loads(line[len("WORKER "):])
+    return {"error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['?'])[-1][:300]}"}
 
 
 def overhead(ctx):
@@ -316,7 +417,11 @@ def main() -> int:
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ",".join(SECTIONS))
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-ranks", help=argparse.SUPPRESS)
+    p.add_argument("--gpt-probe", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.gpt_probe:
+        print("WORKER " + json.dumps(gpt_probe({"cfg": GPU})), flush=True)
+        return 0
     if a.worker:
         print("WORKER " + json.dumps(worker(json.loads(a.worker))), flush=True)
         return 0
@@ -336,11 +441,27 @@ def main() -> int:
         print(f"lms_bench: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, ResNet-152 fp32", flush=True)
     cap_text = f"{cfg['cap'] / GiB:g} GiB" if not a.cpu else f"{cfg['cap'] >> 20} MB (CPU stand-in)"
     ctx = {"cfg": cfg, "cpu": a.cpu, "cap_text": cap_text}
-    for name in wanted:
+    def run(name):
         t0 = time.perf_counter()
-        globals()[name](ctx)
+        (gpt_section if name == "gpt" else globals()[name])(ctx)
         print(f"lms_bench: {name} took {time.perf_counter() - t0:.0f} s", flush=True)
+
+    for name in (n for n in TIMED if n in wanted):
+        run(name)
+    side_by_side = [n for n in UNTIMED if n in wanted]
+    # no timing in these: several at once on a large GPU (each capped at 16 GiB; the uncapped 20-step
+    # run of `equal` peaks at about 43 GiB), one at a time on CPU (CI) or a smaller card
+    width = 1 if a.cpu else (len(side_by_side) or 1) if _device_bytes() >= 120 * GiB else 2
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=width) as pool:
+        for f in [pool.submit(run, n) for n in side_by_side]:
+            f.result()
     return 0
+
+
+def _device_bytes() -> int:
+    import torch
+    return torch.cuda.get_device_properties(0).total_memory
 
 
 if __name__ == "__main__":

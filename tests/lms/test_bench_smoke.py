@@ -26,4 +26,4 @@ def test_cpu_smoke_equal_and_two_ranks_pass():
 def test_unknown_section_is_one_line():
     job = _bench("--cpu", "--only", "speed", timeout=60)
     assert job.returncode == 2 and job.stderr.strip().splitlines()[-1].endswith(
-        "--only speed: choose from throughput,largest,overhead,equal,wmlce,ranks")
+        "--only speed: choose from throughput,gpt,overhead,largest,gpt_largest,equal,wmlce,ranks")
