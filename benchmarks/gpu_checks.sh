@@ -57,7 +57,9 @@ M1="$MPIEXEC -n 1 $GPU"
 M2="$MPIEXEC -n 2 $GPU"
 HOST="-genv DDL_GPU_TRANSPORT host"
 CHECKS="python3 benchmarks/gpu_checks.py"
-{ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo "${WML_COMMIT:-unknown} (WML_COMMIT)")$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+# the commit: WML_COMMIT where it is given (a copied tree may carry another checkout's .git), else git's
+{ if [ -n "${WML_COMMIT:-}" ]; then echo "commit $WML_COMMIT (WML_COMMIT)"
+  else echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"; fi
   [ "$CPU" = 1 ] && echo "--cpu smoke run" || nvidia-smi -L
   df -h /dev/shm | tail -1
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -197,7 +199,9 @@ together
 entry lms-untimed              200 gpu  -- python3 benchmarks/lms_bench.py --only largest,gpt_largest,equal,wmlce,ranks
 suite test_torch-2-ranks-sharing 150 "" -- env PYTHONPATH="$SHIM:$PYTHONPATH" \
     "$MPIEXEC" -n 2 -genv DDL_EMULATE_NODES 2 -genv CUDA_VISIBLE_DEVICES 0
-suite test_torch-1-rank 100 "$PWD/benchmarks/horovod_torch_1rank_cpu_failures.txt" -- \
+# known at one rank: the 14 that fail on CPU too, and test_horovod_sync_batch_norm (at one rank its second
+# input has one value per channel, which torch's own BatchNorm1d refuses: it fails with any implementation)
+suite test_torch-1-rank 100 "$PWD/benchmarks/horovod_torch_1rank_known_failures.txt" -- \
     env PYTHONPATH="$SHIM:$PYTHONPATH" "$MPIEXEC" -n 1 -genv CUDA_VISIBLE_DEVICES 0
 entry collectives-2-ranks       60 both -- $M2 $CHECKS collectives                 # ipc: ranks on one GPU
 entry collectives-2-ranks-host  60 both -- $M2 $HOST $CHECKS collectives           # host staging

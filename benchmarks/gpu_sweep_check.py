@@ -28,7 +28,8 @@ def main() -> int:
         run_id = json.loads(lines[-1])["run_id"]
         show = subprocess.run([*wml, "sweep", "show", run_id, "--format", "json"], capture_output=True, text=True,
                               env=env, timeout=60)
-        trials = json.loads(show.stdout or "[]")
+        shown = json.loads(show.stdout or "{}")       # {"run_id", "state", "counts", "trials": [...]}
+        trials = shown.get("trials", []) if isinstance(shown, dict) else []
         done = sum(1 for t in trials if t.get("state") == "COMPLETED")
         one_gpu = sum(1 for t in trials if t.get("devices") == 1 or (t.get("metrics") or {}).get("devices") == 1)
         check("sweep 4 one-GPU trials", f"{done}/4 COMPLETED, {one_gpu}/4 saw one GPU", "4/4 and 4/4",

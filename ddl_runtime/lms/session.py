@@ -16,6 +16,7 @@ the profile's by more than a tenth (a new batch size) profiles again.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import sys
@@ -217,6 +218,8 @@ class Session:
         self._dedupe: Dict[tuple, tuple] = {}
         self._param_ptrs: set = set()
         self._limit = self.budget
+        self._biggest = 0                  # the largest tensor the profile step has seen saved
+        self._outbound: collections.deque = collections.deque()   # (event, bytes) of copies out in flight
         self._step_bytes = 0
         self._installed: List[Tuple[nn.Module, Any]] = []
         if self.active:
@@ -348,10 +351,15 @@ class Session:
             raise LmsError(f"LMS budget {self.budget} bytes is below the {fixed} bytes the model's weights, "
                            f"gradients and optimizer state already need: raise the budget (or give 0: all the "
                            f"memory this process may use)")
-        self._limit = self.budget - self._reserve()
+        # the profile step keeps tensors while the device holds less than this (``_swap``): the
+        # gradients backward will allocate are not there yet, so they are left room for
+        missing = 0 if isinstance(self.transfer, HostStandIn) else sum(
+            p.nbytes for p in self.model.parameters() if p.requires_grad and p.grad is None)
+        self._limit = self.budget - self._reserve() - missing
 
     def _start_profile(self) -> None:
         self._profiling = True
+        self._biggest = 0
         self._plan = None
         self._rec_tensors = []
         self._rec_times = [0.0] * len(self.blocks)
@@ -470,11 +478,20 @@ class Session:
                 return _Kept(t, self.transfer)
             return t
         host, event = self.transfer.to_host(t)
+        if self._profiling:
+            self._outbound.append((event, nbytes))
         handle = _Handle(host, event, nbytes, self._block, graph)
         handle.uses = 1
         graph.swapped.append(handle)
         self._dedupe[key] = (weakref.ref(t), handle)   # while t lives, nothing else has its address
         return handle
+
+    def _outbound_bytes(self) -> int:
+        """Bytes of swapped tensors still being copied out (oldest first; those done are let go)."""
+        out = self._outbound
+        while out and self.transfer.copied(out[0][0]):
+            out.popleft()
+        return sum(n for _, n in out)
 
     def _record(self, index: int, nbytes: int) -> None:
         if self._profiling:
@@ -484,7 +501,13 @@ class Session:
         if nbytes < self.size or nbytes == 0:
             return False
         if self._profiling:
-            return self.transfer.allocated() + (nbytes if isinstance(self.transfer, HostStandIn) else 0) > self._limit
+            # room for backward's own tensors grows with the largest tensor saved so far (twice it,
+            # as _reserve gives later steps); swapped tensors whose copy has not finished still
+            # hold their device memory
+            self._biggest = max(self._biggest, nbytes)
+            held = self.transfer.allocated() + self._outbound_bytes() + (
+                nbytes if isinstance(self.transfer, HostStandIn) else 0)
+            return held > self._limit - 2 * self._biggest
         plan = self._plan
         return index < len(plan.tensors) and plan.tensors[index] == planner.SWAP
 

@@ -59,6 +59,12 @@ class Transfer(abc.ABC):
         """(seconds, copies): device-side waits on late copies measured since the last call."""
         return 0.0, 0
 
+    def copied(self, event) -> bool:
+        """Whether the copy behind ``event`` (from ``to_host``) is done, without waiting.  Until then
+        the tensor it copies still holds its device memory (CUDA: ``record_stream``), though the
+        allocator no longer counts it as allocated."""
+        return True
+
     @abc.abstractmethod
     def bandwidth(self) -> float:
         ...
@@ -113,6 +119,9 @@ class CudaTransfer(Transfer):
             done = torch.cuda.Event(enable_timing=True)
             done.record(self.in_stream)
         return dev, done
+
+    def copied(self, event) -> bool:
+        return event.query()
 
     def use(self, t, event) -> float:
         compute = torch.cuda.current_stream(self.device)
