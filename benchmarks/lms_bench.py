@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -144,15 +145,19 @@ def run_worker(spec: dict, timeout: float = 300) -> dict:
 
 
 # -- the Done-when lines --------------------------------------------------------------------------
+_PRINT = threading.Lock()     # sections run side by side: one section's lines at a time
+
+
 def say(name: str, text: str, ok, data: dict) -> None:
     verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
-    print(f"DONE-WHEN {name}: {text}: {verdict}", flush=True)
-    print("RESULT " + json.dumps({"line": name, "verdict": verdict, **data}), flush=True)
-    if ok is not None:  # gpu_checks.sh's table (benchmarks/_checks.py)
-        from _checks import check
+    with _PRINT:
+        print(f"DONE-WHEN {name}: {text}: {verdict}", flush=True)
+        print("RESULT " + json.dumps({"line": name, "verdict": verdict, **data}), flush=True)
+        if ok is not None:  # gpu_checks.sh's table (benchmarks/_checks.py)
+            from _checks import check
 
-        figure, _, limit = text.partition("; target ")
-        check(f"lms {name}", figure[:34], limit[:18] or "-", ok)
+            figure, _, limit = text.partition("; target ")
+            check(f"lms {name}", figure[:34], limit[:18] or "-", ok)
 
 
 def spec(ctx, batch, lms, capped, **kw):
@@ -444,7 +449,8 @@ def main() -> int:
     def run(name):
         t0 = time.perf_counter()
         (gpt_section if name == "gpt" else globals()[name])(ctx)
-        print(f"lms_bench: {name} took {time.perf_counter() - t0:.0f} s", flush=True)
+        with _PRINT:
+            print(f"lms_bench: {name} took {time.perf_counter() - t0:.0f} s", flush=True)
 
     for name in (n for n in TIMED if n in wanted):
         run(name)

@@ -260,3 +260,25 @@ def test_a_hook_added_after_the_plan_sees_real_outputs_and_the_next_step_plans_a
     assert_same(result[1], reference[1])
     units = s._plan.units()                                       # planned again with the hook: block k alone
     assert not any(a < k <= z or a <= k < z for a, z in units), units
+
+
+def test_host_copies_are_freed_each_step_without_the_cycle_collector():
+    """A step's swapped tensors (pinned host memory on a GPU) go when autograd lets them go; a
+    cycle between the graph and its handles kept them until Python's cycle collector ran, and a
+    ResNet-152 step at batch 256 swaps about 30 GB: the GPU machine's host ran out of memory."""
+    import gc
+
+    model = make_model()
+    lms.enable(model, budget=4 * MB, size=1024, transfer=HostStandIn(capacity=1 << 30, bandwidth_Bps=1e12),
+               prefetch_bytes=MB)
+    live = []
+    gc.collect()
+    gc.disable()
+    try:
+        for data in batches(6):
+            train(model, data=[data])
+            live.append(sum(type(o) is lms_session._Handle for o in gc.get_objects()))
+    finally:
+        gc.enable()
+    assert lms.stats(model).swapped_bytes > 0
+    assert live[-1] <= live[1], live          # bounded: one step's copies, not one more set each step
