@@ -186,7 +186,8 @@ def test_host_copies_are_plain_tensors_outside_the_graph():
     x, y = batches(1)[0]
     loss = torch.nn.functional.cross_entropy(model(x), y)
     s.transfer.synchronize()
-    assert s._graph.swapped and not any(h.host.requires_grad or h.host.grad_fn for h in s._graph.swapped)
+    handles = s._graph.handles()
+    assert handles and not any(h.host.requires_grad or h.host.grad_fn for h in handles)
     loss.backward()
 
 
@@ -281,4 +282,4 @@ def test_host_copies_are_freed_each_step_without_the_cycle_collector():
     finally:
         gc.enable()
     assert lms.stats(model).swapped_bytes > 0
-    assert live[-1] <= live[1], live          # bounded: one step's copies, not one more set each step
+    assert max(live[2:]) <= live[1] * 5 // 4, live     # bounded: one step's copies, not one more set a step
