@@ -33,6 +33,7 @@ from . import planner
 from .transfer import CudaTransfer, HostStandIn, Transfer
 
 RESHAPE_TOLERANCE = 0.1
+PROFILE_STEPS = 2          # steps profiled before the plan (block times: the least of them)
 MIN_PREFETCH_BYTES = 64 << 20      # the prefetch window's most, by default (_prefetch_window)
 _warned = set()
 
@@ -217,6 +218,8 @@ class Session:
         self._span_end: List[int] = [0] * len(self.blocks)
         self._expected_bytes = 0
         self._profiling = True
+        self._profile_left = PROFILE_STEPS
+        self._best_times: Optional[List[float]] = None
         self._block: Optional[int] = None
         self._inputs_of: Optional[int] = None
         self._index = 0
@@ -339,7 +342,7 @@ class Session:
             self._replan = False
             self._start_profile()
         if self._graph is not None and self._profiling and self.stats_.steps:
-            self._finish_profile()
+            self._profile_end_of_step()
         elif self._profile is not None and not self._profiling:
             known = self._expected_bytes
             if known and abs(self._step_bytes - known) > RESHAPE_TOLERANCE * known:
@@ -365,13 +368,33 @@ class Session:
 
     def _start_profile(self) -> None:
         self._profiling = True
+        self._profile_left = PROFILE_STEPS
+        self._best_times = None
         self._biggest = 0
+        self._new_profile_step()
+
+    def _new_profile_step(self) -> None:
         self._plan = None
         self._rec_tensors = []
         self._rec_times = [0.0] * len(self.blocks)
         self._rec_inputs = [0] * len(self.blocks)
         self._rec_calls = [0] * len(self.blocks)
         self._rec_simple = [True] * len(self.blocks)
+
+    def _profile_end_of_step(self) -> None:
+        """A profiled step ended: profile another, or plan.  Each block's time is its least over the
+        profiled steps: the first step's are cold (cuDNN's autotuning, lazy initialisation, the first
+        pinned allocations), and on an H200 made ResNet-152's forward look long enough to hide 31 GB
+        of copies a step (planned +0 ms; measured 0.15x of uncapped)."""
+        times = self._rec_times
+        best = self._best_times
+        self._best_times = list(times) if best is None else [min(a, b) for a, b in zip(best, times)]
+        self._profile_left -= 1
+        if self._profile_left > 0:
+            self._new_profile_step()
+            return
+        self._rec_times = self._best_times
+        self._finish_profile()
 
     def _finish_profile(self) -> None:
         self._chains = chained_blocks(self.model, self.blocks)
