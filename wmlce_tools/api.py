@@ -63,8 +63,12 @@ def request(opts):
 
     if opts.chain is not None or opts.checkpoint_dir is not None or opts.signal_margin is not None:
         raise WmlError("--chain, --checkpoint-dir and --signal-margin do not go with a sweep (each trial is one job)")
+    from .walltime import check_two_part
+
+    site = choose_site(opts.site)
+    check_two_part(opts.walltime, site.scheduler, site.name)
     req, _ = request_from(opts)
-    return choose_site(opts.site), req
+    return site, req
 
 
 def _base_dir() -> Path:
@@ -111,7 +115,7 @@ def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write)
     if v.live:
         raise WmlError(f"sweep {v.rec.run_id} still has a job queued or running ({', '.join(j.job_id for j in v.jobs if not j.state.final)}); "
                        f"resume it once that has ended, or wml cancel {v.rec.run_id} first")
-    todo = [t.index for t in v.trials if t.state in (record.FAILED, record.CANCELLED, record.MISSING)]
+    todo = [t.index for t in v.trials if t.state in (record.FAILED, record.TIMEOUT, record.CANCELLED, record.MISSING)]
     if not todo:
         raise WmlError(f"sweep {v.rec.run_id}: every trial completed; nothing to resume")
     rec = v.rec

@@ -61,7 +61,8 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
         sys.stderr.write(f"wml: warning: {line}\n")
     info = {"run_id": sp.record.run_id, "run_dir": str(sp.run_dir), "site": sp.plan.site.name, "mode": sp.mode,
             "why": sp.why, "trials": sp.record.size, "script": str(sp.plan.jobdir / "job.sh"),
-            "submit_command": submit_command_text(sp.plan)}
+            "submit_command": submit_command_text(sp.plan), "queue": sp.plan.queue, "queue_why": sp.plan.queue_why,
+            "walltime": sp.walltime_note}
     if dry_run:
         if as_json:
             typer.echo(json.dumps({**info, "job_id": None, "dry_run": True, "script_text": sp.script}))
@@ -83,8 +84,9 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
         if result.exit_code:
             raise typer.Exit(1)
     elif not as_json:
+        queue = f" in queue {sp.plan.queue} ({sp.plan.queue_why})" if sp.plan.queue_why else ""
         typer.echo(f"Submitted sweep {sp.record.run_id} ({sp.record.size} trials, {sp.mode}) as job {result.job_id} "
-                   f"to {sp.plan.site.name}; wml sweep show {sp.record.run_id}")
+                   f"to {sp.plan.site.name}{queue}; wml sweep show {sp.record.run_id}")
 
 
 @app.command("show")

@@ -4,10 +4,11 @@
 For each trial: its ``{name}`` fields filled in, ``WML_TRIAL`` and ``WML_PARAM_<NAME>`` in the
 environment (ddlrun passes them to every rank), its output copied to
 ``trials/<i>/output.log`` as it comes, and ``state.json`` written at the start (RUNNING) and
-the end (COMPLETED / FAILED / CANCELLED, exit status, walltime, metrics = the last JSON object
+the end (COMPLETED / FAILED / TIMEOUT / CANCELLED, exit status, walltime, metrics = the last JSON object
 line rank 0 printed).  A trial that fails does not stop the next; the exit status is the
 first failing trial's (0 when every trial completed).  SIGTERM (scancel, bkill, qdel, the
-walltime) goes to the trial's process group and the trial is recorded CANCELLED."""
+walltime) goes to the trial's process group and the trial is recorded CANCELLED, or TIMEOUT
+when it comes at the job's walltime (``WML_JOB_DEADLINE``, set by the job script)."""
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,27 @@ TAIL_LINES = 200
 
 class _Stop:
     signum: Optional[int] = None
+    when: Optional[float] = None
     child: Optional[subprocess.Popen] = None
 
 
+def at_walltime(env, when: Optional[float]) -> bool:
+    """Whether a stop signal that came at ``when`` is the walltime's: at or after the job's
+    deadline (``WML_JOB_DEADLINE``, taken when the job script starts the trials, so a little
+    after the scheduler's own), less a tolerance of 5% of the walltime (1 to 60 s) for that."""
+    text = env.get(record.DEADLINE_VAR)
+    if not text or when is None:
+        return False
+    try:
+        deadline, wall = (float(x) for x in text.split("/"))
+    except ValueError:
+        return False
+    return when >= deadline - min(60.0, max(1.0, 0.05 * wall))
+
+
 def _on_signal(signum, _frame):
+    if _Stop.signum is None:
+        _Stop.when = time.time()
     _Stop.signum = signum
     child = _Stop.child
     if child is not None and child.poll() is None:
@@ -86,7 +104,7 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
             _Stop.child = None
     end = time.time()
     if _Stop.signum is not None:
-        final = record.CANCELLED
+        final = record.TIMEOUT if at_walltime(os.environ, _Stop.when) else record.CANCELLED
     else:
         final = record.COMPLETED if code == 0 else record.FAILED
     state.update(state=final, exit_code=code, end=end, walltime_s=round(end - state["start"], 3),

@@ -14,7 +14,8 @@ from typing import Dict, List, Optional
 from ..errors import WmlError
 from . import record
 
-ORDER = (record.PENDING, record.RUNNING, record.COMPLETED, record.FAILED, record.CANCELLED, record.MISSING)
+ORDER = (record.PENDING, record.RUNNING, record.COMPLETED, record.FAILED, record.TIMEOUT, record.CANCELLED,
+         record.MISSING)
 
 
 @dataclass
@@ -61,6 +62,8 @@ class SweepView:
             return "PENDING"
         if c[record.COMPLETED] == len(self.trials):
             return "COMPLETED"
+        if c[record.TIMEOUT] and not c[record.FAILED]:
+            return "TIMEOUT"
         if c[record.CANCELLED] and not c[record.FAILED]:
             return "CANCELLED"
         return "FAILED"
@@ -245,7 +248,7 @@ def trial_logs(v: SweepView, index: int, follow: bool = False, out=None, poll_s:
         if not follow:
             return 0
         st = record.read_state(v.run_dir, index) or {}
-        if st.get("state") in (record.COMPLETED, record.FAILED, record.CANCELLED):
+        if st.get("state") in (record.COMPLETED, record.FAILED, record.TIMEOUT, record.CANCELLED):
             follow = False          # one last read
             continue
         fresh = view(v.run_dir, v.rec)
