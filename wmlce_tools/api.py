@@ -45,6 +45,49 @@ class RemoteError(WmlError):
     without a result (its job failed, was cancelled, or a rank other than 0 failed)."""
 
 
+_CALL_OPTIONS = ("max_running", "pack", "out", "opts", "account", "dry_run", "timeout")
+
+
+def _api_errors(func):
+    """A WmlError from a Python call says options as Python spells them (``nodes=``, not
+    ``--nodes``)."""
+    import functools
+    import re
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except RemoteError:
+            raise
+        except WmlError as e:
+            from .options import JobOptions
+
+            names = [f.name for f in dataclasses.fields(JobOptions)] + ["max_running", "pack"]
+            text = str(e)
+            for name in sorted(names, key=len, reverse=True):
+                # "--pack NODES" -> "pack=NODES", "--nodes must be" -> "nodes must be"
+                text = re.sub(rf"(?<![\w-])--{name.replace('_', '-')}(?![\w-])( (?=[A-Z0-9'\"]))?",
+                              lambda m, n=name: f"{n}=" if m.group(1) else n, text)
+            raise WmlError(text) from None
+    return call
+
+
+def _check_options(options: dict, fn_call: bool) -> None:
+    from .options import JobOptions
+
+    import difflib
+
+    names = [f.name for f in dataclasses.fields(JobOptions)] + list(_CALL_OPTIONS)
+    for key in options:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            own = (f" (the function's own keyword arguments go in kwargs=: submit(f, ..., kwargs={{{key!r}: ...}}))"
+                   if fn_call else "")
+            raise WmlError(f"unknown job option {key!r}{hint}{own}")
+
+
 # -- the request ----------------------------------------------------------------------------
 def job_options(opts=None, **options):
     """The one JobOptions (``wml submit``'s options, ``wmlce_tools.options``): ``opts`` as given,
@@ -88,6 +131,7 @@ def plan(program: Sequence[str], trials, *, max_running: Optional[int] = None, p
     return plan_sweep(profile, req, list(program), trials, sweep_opts, run_dir, preview=preview)
 
 
+@_api_errors
 def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Optional[str] = None,
           seeds: Optional[int] = None, max_running: Optional[int] = None, pack: Optional[int] = None,
           out: Callable[[str], None] = sys.stdout.write, **options) -> "Sweep":
@@ -146,6 +190,14 @@ class Sweep:
     @property
     def run_id(self) -> str:
         return self.run_dir.name
+
+    def __repr__(self) -> str:
+        try:
+            v = self.view(refresh=False)
+            jobs = ", ".join(f"{j.job_id} {j.state.value}" for j in v.jobs) or "no job recorded"
+            return f"<wml job {self.run_id}: {v.rec.size} trial(s) on {v.rec.site}, {v.count_text()}; {jobs}>"
+        except (WmlError, OSError):
+            return f"<wml job {self.run_id} ({self.run_dir})>"
 
     def view(self, refresh: bool = True):
         from .sweeps import record
@@ -224,7 +276,15 @@ def _load_result(run_dir: Path, trial: int, logs: str) -> Any:
                           f"{st.get('exit_code')}): {tail or 'no output'}") from None
     if kind == "ok":
         return payload
-    exc = payload if isinstance(payload, BaseException) else RemoteError(f"trial {trial} raised {payload}")
+    if isinstance(payload, SystemExit) or isinstance(payload, KeyboardInterrupt):
+        # raised here they would end the caller's own script without a word
+        what = (f"exited with status {payload.code}" if isinstance(payload, SystemExit)
+                else "was interrupted (KeyboardInterrupt)")
+        exc = RemoteError(f"trial {trial}: the function {what} (sys.exit in the job)")
+    elif isinstance(payload, BaseException):
+        exc = payload
+    else:
+        exc = RemoteError(f"trial {trial} failed: {payload}")
     exc.__cause__ = RemoteTraceback(tb)
     raise exc
 
@@ -239,33 +299,49 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
 
     if not callable(fn):
         raise WmlError(f"submit: {fn!r} is neither a program (a list of words or a path) nor a function")
+    source = getattr(getattr(fn, "__code__", None), "co_filename", None)
     try:
-        blob = cloudpickle.dumps((fn, calls))
+        blob = cloudpickle.dumps((fn, calls, source))
     except Exception as e:      # what does not pickle: one line naming it
         raise WmlError(f"cannot send {getattr(fn, '__name__', fn)!r} to the job: {type(e).__name__}: {e}") from None
     trials = [Trial(i, (("call", str(i)),)) for i in range(len(calls))]
-    if not trials:
-        raise WmlError("map: the list is empty")
+    dry_run = options.pop("dry_run", False)
     opts = job_options(options.pop("opts", None), **options)
     if opts.job_name == "wml-job":
         name = "".join(c for c in f"py-{getattr(fn, '__name__', 'fn')}" if c.isalnum() or c in "-_.")[:40]
         opts = opts.replace(job_name=name)
     options = {"opts": opts}
     program = [sys.executable, "-m", "wmlce_tools.remote", "{call}"]
-    sp = plan(program, trials, max_running=max_running, pack=pack, **options)
+    sp = plan(program, trials, max_running=max_running, pack=pack, preview=dry_run, **options)
+    if dry_run:
+        return sp
     write_run_dir(sp, extra={CALLS_FILE: blob})
     result = submit_sweep(sp, out=out or (lambda s: sys.stderr.write(s)), new=False)
     return Sweep(sp.run_dir, submit_result=result)
 
 
-def submit(target: Union[Callable, str, Sequence[str]], *args, **options) -> Sweep:
-    """Submit a function call ``target(*args)`` or a program (a path or a list of words, its
-    arguments in ``args``) with ``wml submit``'s options; returns the job."""
-    fn_kwargs = options.pop("kwargs", None) or {}
+@_api_errors
+def submit(target: Union[Callable, str, Sequence[str]], *args, kwargs: Optional[dict] = None, **options) -> Sweep:
+    """Submit a function call ``target(*args, **kwargs)`` or a program (a path or a list of
+    words, its arguments in ``args``) with ``wml submit``'s options (``nodes=2``,
+    ``walltime="30m"``...); returns the job.  ``dry_run=True``: nothing is submitted; returns
+    the checked plan (``.script``, ``.describe()``)."""
+    _check_options(options, callable(target))
     if callable(target):
-        return _submit_calls(target, [(args, fn_kwargs)], **options)
-    program = [target, *_words(args)] if isinstance(target, str) else [*target, *_words(args)]
+        return _submit_calls(target, [(args, dict(kwargs or {}))], **options)
+    if kwargs:
+        raise WmlError("kwargs= is for a function's keyword arguments; a program takes its arguments as words")
+    if isinstance(target, (str, os.PathLike)):
+        program = [os.fspath(target), *_words(args)]
+    elif isinstance(target, (list, tuple)) and target and all(isinstance(w, (str, os.PathLike)) for w in target):
+        program = [*map_words(target), *_words(args)]
+    else:
+        raise WmlError(f"submit: {target!r} is neither a function nor a program (a path, or a list of words)")
     return _submit_program(program, **options)
+
+
+def map_words(words) -> List[str]:
+    return [os.fspath(w) for w in words]
 
 
 def _words(args) -> List[str]:
@@ -273,20 +349,28 @@ def _words(args) -> List[str]:
     return [str(a) for a in args]
 
 
-def _submit_program(program: List[str], out: Callable[[str], None] = None, **options) -> Sweep:
+def _submit_program(program: List[str], out: Callable[[str], None] = None, dry_run: bool = False,
+                    **options) -> Sweep:
     from .sweeps.grid import Trial
     from .sweeps.submit import submit_sweep
 
-    sp = plan(program, [Trial(0, ())], **options)
+    sp = plan(program, [Trial(0, ())], preview=dry_run, **options)
+    if dry_run:
+        return sp
     result = submit_sweep(sp, out=out or sys.stdout.write)
     return Sweep(sp.run_dir, submit_result=result)
 
 
+@_api_errors
 def map(fn: Callable, items: Iterable, *, max_running: Optional[int] = None, pack: Optional[int] = None,
         timeout: Optional[float] = None, **options) -> List[Any]:
     """``[fn(x) for x in items]``, each call a trial of one sweep (an array or packed, as the
-    site says), results in the order of ``items``; the first failing trial's exception is raised."""
+    site says), results in the order of ``items``; the first failing trial's exception is raised.
+    An empty ``items`` is ``[]`` (nothing submitted)."""
+    _check_options(options, True)
     calls = [((x,), {}) for x in items]
+    if not calls:
+        return []
     job = _submit_calls(fn, calls, max_running=max_running, pack=pack, **options)
     return job.results(timeout)
 

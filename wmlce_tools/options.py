@@ -113,6 +113,25 @@ def flag_options() -> frozenset:
     return frozenset(out)
 
 
+def _projects_option() -> Any:
+    """-A/--account/-P/--project on the command line: repeatable there, so that two different
+    projects (``-A ABC -P DEF``) are refused rather than the last silently kept."""
+    base = typing.get_args(_hints()["project"])[1]
+    decls = [d for d in (base.default, *base.param_decls) if isinstance(d, str)]
+    return Annotated[Optional[List[str]], typer.Option(*decls, help=base.help)]
+
+
+_PROJECTS = _projects_option()
+
+
+def _one_project(given: Optional[Sequence[str]]) -> Optional[str]:
+    if not given:
+        return None
+    if len(set(given)) > 1:
+        raise WmlError(f"-A/--account and -P/--project name one project, given {' and '.join(dict.fromkeys(given))}: give one")
+    return given[0]
+
+
 def job_options(func: Callable) -> Callable:
     """A typer command from ``func(..., opts: JobOptions, ...)``: the ``opts`` parameter becomes
     one option per JobOptions field, in the declaration's order and where ``opts`` stands, and
@@ -126,11 +145,12 @@ def job_options(func: Callable) -> Callable:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
             continue
         params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                     annotation=hints[f.name]) for f in fields]
+                                     annotation=_PROJECTS if f.name == "project" else hints[f.name]) for f in fields]
     names = {f.name for f in fields}
 
     @functools.wraps(func)
     def command(**kwargs: Any) -> Any:
+        kwargs["project"] = _one_project(kwargs.get("project"))
         opts = JobOptions(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
         return func(opts=opts, **kwargs)
 

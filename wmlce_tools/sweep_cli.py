@@ -57,7 +57,7 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     check_no_option(program)
     trials = build_trials(param or (), params_file, seeds)
     sp = api.plan(program, trials, max_running=max_running, pack=pack, preview=dry_run, opts=opts)
-    for line in sp.plan.warnings:
+    for line in sp.warnings:
         sys.stderr.write(f"wml: warning: {line}\n")
     info = {"run_id": sp.record.run_id, "run_dir": str(sp.run_dir), "site": sp.plan.site.name, "mode": sp.mode,
             "why": sp.why, "trials": sp.record.size, "script": str(sp.plan.jobdir / "job.sh"),
@@ -91,7 +91,7 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
 
 @app.command("show")
 def show_cmd(run: RUN,
-             sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the trials by this metric (or parameter), smallest first.")] = None,
+             sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the trials by this metric (or parameter), smallest first; -NAME: largest first. Numbers sort as numbers.")] = None,
              fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
              tail: Annotated[int, typer.Option("--tail", help="Lines of each failed trial's output to show.")] = 5) -> None:
     """Each trial's parameters, state, exit status, walltime and metrics (the last JSON object
@@ -119,7 +119,15 @@ def resume_cmd(run: RUN,
         return
     which = ", ".join(map(str, job.rerun))
     if res.scheduler == "local":
-        typer.echo(f"wml: sweep {job.run_id}: trial(s) {which} ran again; wml sweep show {job.run_id}", err=True)
+        from .sweeps.view import find_run
+
+        v = find_run(str(job.run_dir))
+        how = "; ".join(f"trial {t.index} {t.state.lower()}" + (f" again (exit status {t.exit_code})"
+                                                                 if t.state != "COMPLETED" and t.exit_code is not None
+                                                                 else " again" if t.state != "COMPLETED" else "")
+                        for t in v.trials if t.index in job.rerun)
+        typer.echo(f"wml: sweep {job.run_id}: trial(s) {which} ran again: {how} (earlier output kept as "
+                   f"trials/<i>/output.attempt-<n>.log); wml sweep show {job.run_id}", err=True)
         if res.exit_code:
             raise typer.Exit(1)
     else:

@@ -50,6 +50,15 @@ class SweepPlan:
     walltime_note: Optional[str] = None   # how the job's walltime follows from one trial's (-t)
 
     @property
+    def warnings(self) -> List[str]:
+        """Lines for stderr: the job's, and parameters the program's arguments never name."""
+        from .grid import Trial, unnamed_parameters
+
+        trials = [Trial(i, tuple(v.items())) for i, v in enumerate(self.record.trials)]
+        unnamed = unnamed_parameters(self.record.program, trials)
+        return [*self.plan.warnings, *([unnamed] if unnamed else [])]
+
+    @property
     def script(self) -> str:
         return render_script(self.plan)
 

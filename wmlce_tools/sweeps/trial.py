@@ -79,6 +79,8 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
              "job_id": job_id, "attempt": int(prev.get("attempt", 0)) + 1, "placement": placement,
              "metrics": None}
     record.write_state(run_dir, index, state)
+    if prev.get("attempt") and (d / record.OUTPUT_FILE).exists():    # a rerun: keep the attempt before
+        os.replace(d / record.OUTPUT_FILE, d / f"output.attempt-{int(prev['attempt'])}.log")
     env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), **(extra_env or {}))
     tail: deque = deque(maxlen=TAIL_LINES)
     with open(d / record.OUTPUT_FILE, "wb") as log:

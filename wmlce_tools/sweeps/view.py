@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -148,7 +149,33 @@ def _fmt(v) -> str:
     return str(v)
 
 
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def typed(value):
+    """A parameter as it was written: ``64`` an int, ``0.1`` a float, anything else as given
+    (a params file's YAML values keep their own type); its ``{name}`` text is unchanged."""
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    return value
+
+
+def _sort_key(x):
+    """Numbers by value, then text (as text); a missing value is placed by the caller."""
+    if isinstance(x, bool):
+        return (1, str(x))
+    if isinstance(x, (int, float)):
+        return (0, x)
+    return (1, str(x))
+
+
 def rows(v: SweepView, sort: Optional[str] = None) -> List[dict]:
+    """The table's rows; ``sort``: by that metric or parameter, smallest first (``-name``:
+    largest first); a trial without it comes last either way."""
     metric_names: List[str] = []
     for t in v.trials:
         for k in (t.metrics or {}):
@@ -156,20 +183,21 @@ def rows(v: SweepView, sort: Optional[str] = None) -> List[dict]:
                 metric_names.append(k)
     out = []
     for t in v.trials:
-        row = {"trial": t.index, **t.params, "state": t.state, "exit": t.exit_code, "walltime_s": t.walltime_s}
+        row = {"trial": t.index, **{k: typed(x) for k, x in t.params.items()}, "state": t.state,
+               "exit": t.exit_code, "walltime_s": t.walltime_s}
         for m in metric_names:
             row[m] = (t.metrics or {}).get(m)
         out.append(row)
     if sort is not None:
-        if sort not in metric_names and not any(sort in r for r in out):
+        name, reverse = sort, False
+        if sort.startswith("-") and sort not in metric_names and not any(sort in r for r in out):
+            name, reverse = sort[1:], True
+        if name not in metric_names and not any(name in r for r in out):
             known = ", ".join(metric_names) or "none yet"
-            raise WmlError(f"--sort {sort}: no trial printed that metric (metrics: {known})")
-
-        def key(r):
-            x = r.get(sort)
-            return (x is None, x if isinstance(x, (int, float)) else str(x) if x is not None else 0)
-
-        out.sort(key=key)
+            raise WmlError(f"--sort {sort}: no trial printed that metric (metrics: {known}; -NAME sorts largest first)")
+        have = [r for r in out if r.get(name) is not None]
+        have.sort(key=lambda r: _sort_key(r[name]), reverse=reverse)
+        out = have + [r for r in out if r.get(name) is None]
     return out
 
 
