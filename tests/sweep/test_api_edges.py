@@ -80,6 +80,8 @@ def test_sweep_slips_are_said(run_wml, tmp_path):
     proc, info = _sweep(run_wml, "--param", "lr=0.1,0.2", "--param", "bs=1", str(prog), "--lr", "0.1")
     assert ("wml: warning: the program's arguments name no parameter: its trials differ in lr only through the "
             "environment (WML_PARAM_LR)") in proc.stderr
+    shown = run_wml("sweep", "show", info["run_id"], "--tail", "1").stdout
+    assert "trial 0 failed (exit status 3); its last lines:\n    ddlrun: rank 0 failed first" in shown   # not its launch line
     again = run_wml("sweep", "resume", info["run_id"], timeout=120)
     assert again.returncode != 0
     assert "trial(s) 0, 1 ran again: trial 0 failed again (exit status 3); trial 1 failed again (exit status 3)" in again.stderr

@@ -66,11 +66,15 @@ def test_trials_of_a_local_sweep_all_run_and_one_past_its_walltime_is_timeout(ru
     info = json.loads(proc.stdout.splitlines()[-1])
     shown = json.loads(run_wml("sweep", "show", info["run_id"], "--format", "json").stdout)
     assert [t["state"] for t in shown["trials"]] == ["COMPLETED"] * 3, shown     # 3 rounds x 5 s
+    # each trial's lines in the job's output carry its index (trials may run side by side)
+    assert all(f'[trial {i}] {{"lr": {lr}}}' in proc.stderr.splitlines() for i, lr in enumerate((0.1, 0.01, 0.001)))
     slow = run_wml("sweep", "-t", "2s", "--param", "lr=1", "--json", str(prog), "{lr}", "30", timeout=120)
     assert slow.returncode != 0
     run_id = json.loads(slow.stdout.splitlines()[-1])["run_id"]
     shown = json.loads(run_wml("sweep", "show", run_id, "--format", "json").stdout)
     assert [t["state"] for t in shown["trials"]] == ["TIMEOUT"] and shown["counts"]["TIMEOUT"] == 1
+    log = (Path(json.loads(slow.stdout.splitlines()[-1])["run_dir"]) / "trials" / "0" / "output.log").read_text()
+    assert "BAD TERMINATION" not in log and "YOUR APPLICATION TERMINATED" not in log and "=====" not in log
 
 
 def test_deadline_reading():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,6 +29,11 @@ from . import record
 from .grid import Trial, substitute
 
 TAIL_LINES = 200
+#: the lines of MPICH's (Hydra's) banner when a rank ends by a signal: after a cancel or the
+#: walltime they say nothing the trial's state does not ("TIMEOUT", "CANCELLED")
+_BANNER = re.compile(rb"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*|"
+                     rb"This typically refers to a problem with your application\.|"
+                     rb"Please see the FAQ page for debugging suggestions)\r?$")
 
 
 class _Stop:
@@ -67,6 +73,8 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
     """Run trial ``index``: ``command`` (with ``{name}`` fields) in its environment; returns its
     exit status.  ``out``: where its output goes besides output.log (default: stdout)."""
     out = out if out is not None else sys.stdout.buffer
+    # trials running side by side share the job's output: each line says its trial, as ranks say theirs
+    label = f"[trial {index}] ".encode() if placement is not None else b""
     trial = Trial(index, tuple(rec.trials[index].items()))
     argv = substitute(command, trial.values)
     d = record.trial_dir(run_dir, index)
@@ -97,9 +105,11 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
             if _Stop.signum is not None:       # the signal came while it was starting
                 _on_signal(_Stop.signum, None)
             for line in iter(child.stdout.readline, b""):
+                if _Stop.signum is not None and _BANNER.match(line.rstrip(b"\n")):
+                    continue           # MPICH's banner for a rank it was asked to stop
                 log.write(line)
                 log.flush()
-                out.write(line)
+                out.write(label + line)
                 out.flush()
                 tail.append(line.decode(errors="replace"))
             code = child.wait()

@@ -231,12 +231,18 @@ def render(v: SweepView, sort: Optional[str] = None, fmt: str = "table", tail: i
     return text
 
 
+#: ddlrun's echo of its launch line (``ddlrun: /path/mpiexec -n 2 ...``): every trial prints one
+_LAUNCH_ECHO = re.compile(r"^ddlrun: \S*\b(mpiexec|mpirun|srun|jsrun|aprun)\s")
+
+
 def last_lines(run_dir: Path, index: int, n: int) -> List[str]:
+    """The trial's last ``n`` lines of output, without ddlrun's launch line."""
     try:
         with open(record.trial_dir(run_dir, index) / record.OUTPUT_FILE, "rb") as f:
-            return f.read()[-65536:].decode(errors="replace").splitlines()[-n:]
+            lines = f.read()[-65536:].decode(errors="replace").splitlines()
     except OSError:
         return []
+    return [ln for ln in lines if not _LAUNCH_ECHO.match(ln)][-n:]
 
 
 def status_lines(v: SweepView) -> List[str]:
