@@ -141,8 +141,7 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
 
     trials = build_trials(params, params_file, seeds)
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
-    result = submit_sweep(sp, out=out)
-    return Sweep(sp.run_dir, submit_result=result)
+    return _start(sp, out)
 
 
 def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write) -> "Sweep":
@@ -179,6 +178,47 @@ def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write)
     return Sweep(v.run_dir, submit_result=result, rerun=todo)
 
 
+START_TIMEOUT_S = 60.0
+
+
+def _start(sp, out: Callable[[str], None], new: bool = True) -> "Sweep":
+    """Submit ``sp`` and return its job at once.  A cluster's scheduler queues it; the local
+    site runs it in a thread of this process (as ``wml submit`` runs it, ended at its walltime,
+    ``wml cancel`` from another shell), so ``state()``, ``wait()`` and ``cancel()`` mean what
+    they mean on a cluster and two submits run side by side.  Returns once the job is recorded
+    (RUNNING in ``wml jobs``); this script's exit waits for its local jobs to end."""
+    import threading
+
+    from .sweeps.submit import submit_sweep, write_run_dir
+
+    if sp.plan.site.scheduler != "local":
+        return Sweep(sp.run_dir, submit_result=submit_sweep(sp, out=out, new=new))
+    if new:
+        write_run_dir(sp)
+    job = Sweep(sp.run_dir)
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            job.submit_result = submit_sweep(sp, out=out, new=False)
+        except BaseException as e:  # noqa: BLE001 - said by wait() and result()
+            job._error = e
+        finally:
+            done.set()
+
+    job._thread = threading.Thread(target=run, name=f"wml-local-{sp.record.run_id}", daemon=False)
+    job._thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not done.is_set() and not job.view(refresh=False).live:
+        if time.monotonic() > deadline:
+            raise WmlError(f"job {sp.record.run_id} was not recorded as running within {START_TIMEOUT_S:g} s "
+                           f"(wml jobs; its directory {sp.run_dir})")
+        time.sleep(0.02)
+    if job._error is not None and isinstance(job._error, WmlError):
+        raise job._error
+    return job
+
+
 class Sweep:
     """A submitted sweep (or function call): its trials' states, results and logs."""
 
@@ -186,6 +226,8 @@ class Sweep:
         self.run_dir = Path(run_dir)
         self.submit_result = submit_result
         self.rerun = rerun
+        self._thread = None          # the local site: the thread running the job
+        self._error: Optional[BaseException] = None
 
     @property
     def run_id(self) -> str:
@@ -212,6 +254,10 @@ class Sweep:
     def wait(self, timeout: Optional[float] = None, poll_s: float = POLL_S) -> str:
         """Until no job of the sweep is queued or running; its final state."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._thread is not None:        # the local site: the job ends when its thread does
+            self._thread.join(timeout)
+            if self._error is not None and not isinstance(self._error, (WmlError, KeyboardInterrupt)):
+                raise self._error
         while True:
             v = self.view()
             if not v.live:
@@ -316,8 +362,7 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
     if dry_run:
         return sp
     write_run_dir(sp, extra={CALLS_FILE: blob})
-    result = submit_sweep(sp, out=out or (lambda s: sys.stderr.write(s)), new=False)
-    return Sweep(sp.run_dir, submit_result=result)
+    return _start(sp, out or (lambda s: sys.stderr.write(s)), new=False)
 
 
 @_api_errors
@@ -357,8 +402,7 @@ def _submit_program(program: List[str], out: Callable[[str], None] = None, dry_r
     sp = plan(program, [Trial(0, ())], preview=dry_run, **options)
     if dry_run:
         return sp
-    result = submit_sweep(sp, out=out or sys.stdout.write)
-    return Sweep(sp.run_dir, submit_result=result)
+    return _start(sp, out or sys.stdout.write)
 
 
 @_api_errors

@@ -22,3 +22,10 @@ def lock(_):
     import threading
 
     return threading.Lock()
+
+
+def nap(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds

@@ -91,3 +91,19 @@ def test_sweep_slips_are_said(run_wml, tmp_path):
     assert two.returncode != 0 and "-A/--account and -P/--project name one project, given ABC and DEF" in two.stderr
     same = run_wml("render", "--site", "frontier", "-A", "ABC", "-P", "ABC", str(prog))
     assert same.returncode == 0 and "#SBATCH --account=ABC" in same.stdout
+
+
+def test_local_submit_returns_at_once_and_jobs_run_side_by_side(api):
+    import time
+
+    t0 = time.monotonic()
+    first = api.submit(fns.nap, 3, out=lambda s: None)
+    second = api.submit(fns.nap, 3, out=lambda s: None)
+    assert time.monotonic() - t0 < 2.5                    # each returned once recorded, not after 3 s
+    assert first.state() in ("PENDING", "RUNNING") and second.view(refresh=False).live
+    slow = api.submit(fns.nap, 60, out=lambda s: None)
+    assert slow.cancel() == [slow.view(refresh=False).jobs[0].job_id]
+    assert slow.wait(timeout=60) == "CANCELLED"
+    assert first.result() == 3 and second.result() == 3
+    starts = [json.loads((j.run_dir / "trials" / "0" / "state.json").read_text()) for j in (first, second)]
+    assert max(s["start"] for s in starts) < min(s["end"] for s in starts)     # ran at the same time

@@ -63,10 +63,13 @@ class SweepView:
             return "PENDING"
         if c[record.COMPLETED] == len(self.trials):
             return "COMPLETED"
-        if c[record.TIMEOUT] and not c[record.FAILED]:
-            return "TIMEOUT"
-        if c[record.CANCELLED] and not c[record.FAILED]:
-            return "CANCELLED"
+        ended = {j.state.value for j in self.jobs}
+        if not c[record.FAILED]:
+            # a trial its job never started (MISSING) ended as that job did
+            if c[record.TIMEOUT] or c[record.MISSING] and ended == {"TIMEOUT"}:
+                return "TIMEOUT"
+            if c[record.CANCELLED] or c[record.MISSING] and ended == {"CANCELLED"}:
+                return "CANCELLED"
         return "FAILED"
 
     def count_text(self) -> str:
