@@ -41,16 +41,16 @@ def test_packed_allocation_walltime_is_rounds_times_one_trials(program):
     grid = ["lr=1,2,3", "bs=32,64"]                       # 6 trials
     sp = _plan("slurm-gpu", program, grid, SweepOptions(pack=2), walltime=30, gpus_per_rank=4)
     assert "#SBATCH --time=01:30:00" in directives(sp.script, "#SBATCH")    # 3 rounds of 2 x 30 min
-    assert ("# walltime: 6 trial(s), 2 at a time, run in 3 round(s) of -t 0:30 each: the job asks for 1:30 "
-            "(3 x 0:30)") in sp.describe()
+    assert ("# walltime: 6 trial(s), 2 at a time, run in 3 round(s) of 30 min each (-t): the job asks for "
+            "1 h 30 min (3 x 30 min)") in sp.describe()
     sp = _plan("theta", program, grid, SweepOptions(max_running=2), project="p", walltime=20)
     assert "#COBALT -t 60" in directives(sp.script, "#COBALT")
     # Theta's debug queues hold 1 hour: 3 rounds of 30 min is refused with the figure it needs
     with pytest.raises(WmlError) as e:
         _plan("theta", program, grid, SweepOptions(max_running=2), project="p", walltime=30)
     msg = str(e.value)
-    assert msg.startswith("6 trial(s), 2 at a time, run in 3 round(s) of -t 0:30 each: the job needs a walltime "
-                          "of 1:30 (3 x 0:30), but ")
+    assert msg.startswith("6 trial(s), 2 at a time, run in 3 round(s) of 30 min each (-t): the job needs a "
+                          "walltime of 1 h 30 min (3 x 30 min), but ")
     assert "walltime 1:30 is above the 1:00 maximum for queue 'debug-cache-quad'" in msg and "--pack NODES" in msg
     # all at once: one round, one trial's walltime
     sp = _plan("slurm-gpu", program, grid, SweepOptions(pack=6), walltime=30, gpus_per_rank=4)

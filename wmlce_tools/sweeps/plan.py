@@ -202,6 +202,13 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, rounds, note)
 
 
+def _duration(seconds: int) -> str:
+    """90 -> "1 min 30 s", 5400 -> "1 h 30 min" (the dry run's words for a walltime)."""
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return " ".join(f"{v} {u}" for v, u in ((h, "h"), (m, "min"), (s, "s")) if v) or "0 s"
+
+
 def _deadline(plan: JobPlan) -> str:
     """The launch line's prefix telling the trial runner when the job's walltime ends (a trial
     stopped then is TIMEOUT, not CANCELLED): ``WML_JOB_DEADLINE=<end>/<walltime s>``."""
@@ -216,8 +223,6 @@ def _rounds_walltime(site: SiteProfile, req: ResourceRequest, rounds: int, progr
     """The job of ``req`` with a walltime that holds ``rounds`` trials one after another (-t is
     one trial's), and the dry run's line saying so; a queue limit it passes is refused with the
     walltime the job would need."""
-    from ..walltime import hhmm
-
     one_s = req.walltime_s if req.walltime_s is not None else (req.walltime * 60 if req.walltime else None)
     if one_s is None or rounds <= 1:
         plan = plan_job(site, req, program, jobdir=jobdir, workdir=workdir, preview=preview)
@@ -226,13 +231,14 @@ def _rounds_walltime(site: SiteProfile, req: ResourceRequest, rounds: int, progr
                           f"(-t gives one trial's, and the job gets {rounds} times it)")
         return plan, (f"{how}: one trial's -t" if one_s is not None else None)
     total_s = one_s * rounds
+    if site.scheduler != "local":
+        total_s = -(-total_s // 60) * 60       # the scheduler's whole minutes
     total_min = -(-total_s // 60)
-    one = f"{one_s} s" if one_s < 60 or one_s % 60 else hhmm(one_s // 60)
-    total = f"{total_s} s" if site.scheduler == "local" and (total_s < 60 or total_s % 60) else hhmm(total_min)
+    one, total = _duration(one_s), _duration(total_s)
     try:
         plan = plan_job(site, dataclasses.replace(req, walltime=total_min, walltime_s=total_s), program,
                         jobdir=jobdir, workdir=workdir, preview=preview)
     except WmlError as e:
-        raise WmlError(f"{how} of -t {one} each: the job needs a walltime of {total} ({rounds} x {one}), but {e}; "
+        raise WmlError(f"{how} of {one} each (-t): the job needs a walltime of {total} ({rounds} x {one}), but {e}; "
                        f"run more trials at once (--pack NODES, --max-running K) or give a shorter -t") from None
-    return plan, f"{how} of -t {one} each: the job asks for {total} ({rounds} x {one})"
+    return plan, f"{how} of {one} each (-t): the job asks for {total} ({rounds} x {one})"
