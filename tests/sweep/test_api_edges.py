@@ -26,12 +26,18 @@ def api(isolated_env, tmp_path, monkeypatch):
     cloudpickle.unregister_pickle_by_value(fns)
 
 
-def test_remote_exit_and_unpicklable_result_are_errors_saying_so(api):
+def test_remote_exit_is_an_error_naming_the_status(api):
     job = api.submit(fns.quits, 4, out=lambda s: None)
     with pytest.raises(api.RemoteError, match=r"^trial 0: the function exited with status 4 \(sys.exit in the job\)$"):
         job.result()
+
+
+def test_unpicklable_result_reads_plainly(api):
     with pytest.raises(api.RemoteError, match=r"^trial 0 failed: its return value does not pickle \(TypeError: "):
         api.submit(fns.lock, 0, out=lambda s: None).result()
+
+
+def test_remote_traceback_names_the_functions_file(api):
     with pytest.raises(ValueError) as err:
         api.submit(fns.scaled, -1, out=lambda s: None).result()
     remote = str(err.value.__cause__)
@@ -47,9 +53,16 @@ def test_api_edges_answered_in_python_terms(api):
     assert api.map(fns.square, []) == []
     with pytest.raises(WmlError, match=r"^nodes must be an integer >= 1, got 0$"):
         api.submit(fns.square, 1, nodes=0)
+
+
+
+def test_dry_run_submits_nothing(api, tmp_path):
     sp = api.submit(fns.square, 3, dry_run=True)
     assert "# sweep: 1 trial(s)" in sp.describe() and "wmlce_tools.remote" in sp.script
-    assert not list(Path("wml-jobs").glob("*")) if Path("wml-jobs").exists() else True   # nothing written
+    assert not (tmp_path / "wml-jobs").exists() or not list((tmp_path / "wml-jobs").iterdir())
+
+
+def test_job_repr_says_what_it_is(api):
     job = api.submit(fns.square, 3, out=lambda s: None)
     assert job.result() == 9
     assert repr(job).startswith(f"<wml job {job.run_id}: 1 trial(s) on local, ") and "1 completed" in repr(job)
@@ -87,6 +100,11 @@ def test_sweep_slips_are_said(run_wml, tmp_path):
     assert "trial(s) 0, 1 ran again: trial 0 failed again (exit status 3); trial 1 failed again (exit status 3)" in again.stderr
     trial0 = Path(info["run_dir"]) / "trials" / "0"
     assert (trial0 / "output.attempt-1.log").exists() and (trial0 / "output.log").exists()
+
+
+def test_account_and_project_naming_two_projects_refused(run_wml, tmp_path):
+    prog = tmp_path / "p.py"
+    prog.write_text("print(1)\n")
     two = run_wml("render", "--site", "frontier", "-A", "ABC", "-P", "DEF", str(prog))
     assert two.returncode != 0 and "-A/--account and -P/--project name one project, given ABC and DEF" in two.stderr
     same = run_wml("render", "--site", "frontier", "-A", "ABC", "-P", "ABC", str(prog))

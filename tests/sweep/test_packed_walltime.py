@@ -4,10 +4,6 @@ need past the queue's limit; a trial ended by the walltime is TIMEOUT, not CANCE
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -57,7 +53,7 @@ def test_packed_allocation_walltime_is_rounds_times_one_trials(program):
     assert "#SBATCH --time=00:30:00" in directives(sp.script, "#SBATCH")
 
 
-def test_trials_of_a_local_sweep_all_run_and_one_past_its_walltime_is_timeout(run_wml, tmp_path):
+def test_every_round_of_a_local_sweep_runs_each_line_labelled(run_wml, tmp_path):
     prog = tmp_path / "sleeper.py"
     prog.write_text(SLEEPER.replace("; ", "\n"))
     proc = run_wml("sweep", "-t", "5s", "--param", "lr=0.1,0.01,0.001", "--json", str(prog), "{lr}", "2",
@@ -68,6 +64,12 @@ def test_trials_of_a_local_sweep_all_run_and_one_past_its_walltime_is_timeout(ru
     assert [t["state"] for t in shown["trials"]] == ["COMPLETED"] * 3, shown     # 3 rounds x 5 s
     # each trial's lines in the job's output carry its index (trials may run side by side)
     assert all(f'[trial {i}] {{"lr": {lr}}}' in proc.stderr.splitlines() for i, lr in enumerate((0.1, 0.01, 0.001)))
+
+
+
+def test_trial_past_the_walltime_is_timeout_without_mpichs_banner(run_wml, tmp_path):
+    prog = tmp_path / "sleeper.py"
+    prog.write_text(SLEEPER.replace("; ", "\n"))
     slow = run_wml("sweep", "-t", "2s", "--param", "lr=1", "--json", str(prog), "{lr}", "30", timeout=120)
     assert slow.returncode != 0
     run_id = json.loads(slow.stdout.splitlines()[-1])["run_id"]
