@@ -145,7 +145,7 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
 
 
 def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write) -> "Sweep":
-    """Submit again only the trials of ``run`` that failed, were cancelled or never ran."""
+    """Submit again only the trials of ``run`` that failed, timed out, were cancelled or never ran."""
     from .resources import ResourceRequest
     from .site.registry import choose_site
     from .sweeps import record
@@ -248,7 +248,7 @@ class Sweep:
         return view(self.run_dir, record.require(self.run_dir), refresh=refresh)
 
     def state(self) -> str:
-        """PENDING, RUNNING, COMPLETED, FAILED or CANCELLED (the sweep as a whole)."""
+        """PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT or CANCELLED (the sweep as a whole)."""
         return self.view().state
 
     def wait(self, timeout: Optional[float] = None, poll_s: float = POLL_S) -> str:

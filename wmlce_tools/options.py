@@ -226,6 +226,9 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
                     preview=preview)
     if opts.chain is None:
         return plan, None
+    qos = profile.qos.get(opts.qos) if opts.qos else None
+    if qos is not None and not qos.chains:
+        raise WmlError(f"--chain: {profile.name}'s QOS {opts.qos!r} takes no job chains ({qos.description})")
     from .chain.submit import plan_chain, segment_plan
 
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)

@@ -107,7 +107,7 @@ def show_cmd(run: RUN,
 @app.command("resume")
 def resume_cmd(run: RUN,
                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the resubmission.")] = False) -> None:
-    """Submit again only the trials that failed, were cancelled or never ran (same request,
+    """Submit again only the trials that failed, timed out, were cancelled or never ran (same request,
     same run directory; each trial's attempt count goes up)."""
     from . import api
 

@@ -117,3 +117,12 @@ def test_constraint_written_once(tmp_path, program):
     plan = _plan("frontier", program, project="a", constraint="nvme", stage_env="on", conda_env=str(env))
     assert "#SBATCH --constraint=nvme" in render_script(plan).splitlines()
     assert _plan("perlmutter", program, constraint="hbm80g").constraint == "gpu&hbm80g"
+
+
+def test_frontier_debug_qos_takes_no_chain_and_reaches_salloc(run_wml, program):
+    chain = run_wml("submit", "--dry-run", "--site", "frontier", "-A", "X", "--qos", "debug", "--chain", "2", "-t", "1h",
+                    str(program))
+    assert chain.returncode != 0 and "--chain: frontier's QOS 'debug' takes no job chains" in chain.stderr
+    salloc = run_wml("submit", "--dry-run", "--interactive", "--site", "frontier", "-A", "X", "--qos", "debug")
+    assert salloc.returncode == 0, salloc.stderr
+    assert "--partition=batch" in salloc.stdout and "--qos=debug" in salloc.stdout.split()

@@ -99,6 +99,7 @@ class QosSpec(_Strict):
     max_nodes: Optional[PositiveInt] = None
     max_walltime: Annotated[Optional[str], Meta(description="HH:MM or HH:MM:SS")] = None
     description: str = ""
+    chains: Annotated[bool, Meta(description="whether job chains (wml submit --chain) may use it (Frontier's debug: no)")] = True
     docs: Annotated[List[str], Meta(description="the centre's page for this QOS")] = []
 
     def __post_init__(self) -> None:
