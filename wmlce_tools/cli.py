@@ -87,6 +87,11 @@ Program = Annotated[List[str], typer.Argument(help="The program and its argument
 OptionalProgram = Annotated[Optional[List[str]], typer.Argument(help="The program and its arguments (a .py file runs with python); none with --interactive.")]
 
 
+def _queue_said(plan) -> str:
+    """The submit line's word on a queue wml chose for the job (empty when -q or the default)."""
+    return f" in queue {plan.queue} ({plan.queue_why})" if plan.queue_why else ""
+
+
 def _warn(plan) -> None:
     for line in plan.warnings:
         sys.stderr.write(f"wml: warning: {line}\n")
@@ -144,13 +149,16 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
         info = {"job_id": None, "site": plan.site.name, "scheduler": plan.site.scheduler,
                 "script": str(plan.jobdir / "job.sh"), "submit_command": submit_command_text(plan),
                 "ranks": plan.layout.size, "nodes": plan.layout.nodes, "dry_run": True,
-                "python": plan.python[0], "python_from": plan.python[1] or None, "script_text": script}
+                "python": plan.python[0], "python_from": plan.python[1] or None, "queue": plan.queue,
+                "queue_why": plan.queue_why, "script_text": script}
         if as_json:
             typer.echo(json.dumps(info))
         else:
             sys.stdout.write(script)
             if plan.python[0]:
                 typer.echo(f"# python: {plan.python[0]}: {plan.python[1]}")
+            if plan.queue_why:
+                typer.echo(f"# queue: {plan.queue_why}")
             typer.echo(f"# dry run: would write {plan.jobdir}/job.sh and run: {info['submit_command']}")
             if run is not None:
                 typer.echo(f"# then jobs 2..{run.length} of the chain (segment-<k>/job.sh, each after the one before "
@@ -176,7 +184,7 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
         typer.echo(f"wml: job {result.job_id} {how} with exit status {result.exit_code}; "
                    f"output in {result.output}", err=True)
     else:
-        typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}); "
+        typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}){_queue_said(plan)}; "
                    f"script {result.script}; output {result.output}")
     from .jobs.cli import wait_after_submit
 

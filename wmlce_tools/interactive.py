@@ -40,6 +40,8 @@ def _own_directives(plan: JobPlan) -> list[str]:
         d = [f"--nodes={lay.nodes}", f"--ntasks-per-node={lay.ranks_per_node}",
              f"--cpus-per-task={lay.cpus_per_rank}", f"--time={slurm_time(wall)}",
              f"--{plan.site.slurm.queue_option}={plan.queue}", f"--job-name={req.job_name}"]
+        if req.qos:
+            d.append(f"--qos={req.qos}")
         if plan.constraint:
             d.append(f"--constraint={plan.constraint}")
         if lay.node_spec.threads_per_core > 1:     # as srun asks it: see templates/slurm.sh.j2

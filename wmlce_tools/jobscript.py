@@ -22,7 +22,7 @@ from ._version import __version__
 from .cache import cache_dir
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
-from .layout import Layout, check_queue_limits, compile_layout, idle_gpu_warning
+from .layout import Layout, choose_queue, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
 from .passthrough import Passthrough, passthrough
 from .resources import ResourceRequest
@@ -77,6 +77,7 @@ class JobPlan:
     python: Tuple[Optional[str], str] = (None, "")   # the interpreter of a .py program, and why (job_python)
     passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
+    queue_why: Optional[str] = None          # the queue wml chose (no -q, the default refused the job), and why
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -137,7 +138,12 @@ class JobPlan:
     def constraint(self) -> Optional[str]:
         """Slurm ``--constraint``: the site's, and the node-local storage staging uses (nvme)."""
         need = self._stage_word("constraint")
-        return "&".join(c for c in (self.site.slurm.constraint, need, self.passthrough.constraint) if c) or None
+        words: List[str] = []       # once each: --constraint nvme with --stage-env is nvme, not nvme&nvme
+        for c in (self.site.slurm.constraint, need, self.passthrough.constraint):
+            for w in ([c] if "|" in c else c.split("&")) if c else ():
+                if w not in words:
+                    words.append(w)
+        return "&".join(words) or None
 
     @property
     def ddlrun_argv(self) -> List[str]:
@@ -296,12 +302,13 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     if req.project is None and site.defaults.account:
         req = dataclasses.replace(req, project=site.defaults.account)
     check_job_name(req.job_name)
-    for option, value in (("--project", req.project), ("--queue", req.queue),
+    for option, value in (("--project", req.project), ("--queue", req.queue), ("--qos", req.qos),
                           ("--output", req.output), ("--error", req.error)):
         if value is not None:
             check_directive_value(option, value)
     modules = tuple(check_module(m) for m in (*site.modules, *req.modules))
-    queue, walltime = check_queue_limits(site, _interactive_queue(site, req, interactive))
+    choice = choose_queue(site, _interactive_queue(site, req, interactive))
+    queue, walltime = choice.name, choice.walltime
     layout = compile_layout(site, req)
     if req.rack_contiguous and site.scheduler != "lsf":
         raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")
@@ -341,7 +348,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
                    queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
                    exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
-                   python=python if program and program[0] == python[0] else (None, ""))
+                   python=python if program and program[0] == python[0] else (None, ""),
+                   queue_why=choice.why if not passed.queue else None)
 
 
 @lru_cache(maxsize=1)
@@ -395,7 +403,7 @@ def render_script(plan: JobPlan) -> str:
     seg = plan.segment
     ctx = dict(
         version=__version__, site=site, layout=lay, job_name=plan.request.job_name,
-        project=plan.request.project, queue=plan.queue,
+        project=plan.request.project, queue=plan.queue, qos=plan.request.qos,
         after=plan.request.after if seg is None or seg.index == 1 else None,
         after_any=seg.previous if seg is not None else None, chain=_chain_context(plan),
         walltime_hhmm=hhmm(wall), walltime_slurm=slurm_time(wall), walltime_minutes=wall,

@@ -369,28 +369,83 @@ def _queue_refusal(site: SiteProfile, qname: str, req: ResourceRequest) -> Optio
     return None
 
 
-def check_queue_limits(site: SiteProfile, req: ResourceRequest) -> Tuple[Optional[str], Optional[int]]:
+@dataclass(frozen=True)
+class QueueChoice:
+    """The queue a job goes to, its walltime (minutes), and why wml chose that queue when the
+    user named none and it is not the site's default (None: -q, or the default)."""
+
+    name: Optional[str]
+    walltime: Optional[int]
+    why: Optional[str] = None
+
+
+def _nothing_takes(site: SiteProfile, qname: str, why: str, req: ResourceRequest) -> str:
+    """The refusal when no queue takes a job: the default's reason, then each other queue's
+    (the limit that actually stops a small job is often another queue's walltime)."""
+    others = [f"{n}: {_queue_refusal(site, n, req)}" for n in site.queues
+              if n != qname and not site.queues[n].interactive_only]
+    return why + (f"; and no other queue takes it ({'; '.join(others)})" if others else "")
+
+
+def choose_queue(site: SiteProfile, req: ResourceRequest) -> QueueChoice:
     """Resolve the queue and walltime for ``req`` on ``site``; refuse what the queue refuses.
 
     Without ``--queue``, a job the default queue refuses goes to the first queue of the
-    profile that takes it (Theta: fewer than 128 nodes go to debug-cache-quad); with
-    ``--queue``, a refusal names the queues that would take the job.
-    Returns (queue name or None, walltime minutes or None)."""
+    profile that takes it (Theta: fewer than 128 nodes go to debug-cache-quad), and the choice
+    says why; a preemptable queue (its jobs may be killed for others) is never chosen, only
+    named.  With ``--queue``, a refusal names the queues that would take the job."""
     if site.scheduler == "local":
-        return None, req.walltime
+        return QueueChoice(None, req.walltime)
     qname = req.queue or site.default_queue
     if qname not in site.queues:
-        raise WmlError(f"unknown queue {qname!r} on {site.name}; queues: {', '.join(site.queues)}")
+        hint = (f" ({qname!r} is a QOS of {site.name}, beside its partitions: --qos {qname})"
+                if qname in site.qos else "")
+        raise WmlError(f"unknown queue {qname!r} on {site.name}; queues: {', '.join(site.queues)}{hint}")
+    chosen_why = None
     why = _queue_refusal(site, qname, req)
     if why is not None:
         fits = [n for n in site.queues if n != qname and not site.queues[n].interactive_only
                 and _queue_refusal(site, n, req) is None]
-        if fits and req.queue is None:
-            qname = fits[0]
+        safe = [n for n in fits if not site.queues[n].preemptable]
+        if safe and req.queue is None:
+            chosen_why = (f"wml chose queue {safe[0]!r} ({site.queues[safe[0]].description or 'it takes this job'}): "
+                          f"the default queue {qname!r} refuses this job ({why})")
+            qname = safe[0]
         elif fits:
-            raise WmlError(f"{why}; queue(s) that take this job: {', '.join(fits)} (-q)")
+            marks = [f"{n} (preemptable: {site.queues[n].description})" if site.queues[n].preemptable else n
+                     for n in fits]
+            raise WmlError(f"{why}; queue(s) that take this job: {', '.join(marks)} (-q)")
+        elif req.queue is None:
+            raise WmlError(_nothing_takes(site, qname, why, req))
         else:
             raise WmlError(why)
     limit, _ = _queue_walltime(site, qname, req.nodes)
     wall = req.walltime if req.walltime is not None else min(limit, 60)
-    return qname, wall
+    _check_qos(site, req, wall)
+    return QueueChoice(qname, wall, chosen_why)
+
+
+def _check_qos(site: SiteProfile, req: ResourceRequest, wall: int) -> None:
+    """``--qos``: a Slurm site's quality of service beside its partition (OLCF Frontier's
+    debug), one of the profile's when it lists them, within its limits."""
+    if req.qos is None:
+        return
+    if site.scheduler != "slurm":
+        raise WmlError(f"--qos: {site.name} ({site.scheduler}) has no QOS beside its queues; give -q")
+    if site.slurm.queue_option == "qos":
+        raise WmlError(f"--qos: -q names the QOS on {site.name} (its queues are QOSes); give -q {req.qos}")
+    if not site.qos:
+        return                      # the profile lists none: the name goes to sbatch as given
+    q = site.qos.get(req.qos)
+    if q is None:
+        raise WmlError(f"unknown QOS {req.qos!r} on {site.name}; QOSes: {', '.join(site.qos)}")
+    if q.max_nodes is not None and req.nodes > q.max_nodes:
+        raise WmlError(f"{req.nodes} nodes is above the {q.max_nodes}-node limit of QOS {req.qos!r} on {site.name}")
+    if q.max_walltime and wall > parse_walltime(q.max_walltime):
+        raise WmlError(f"walltime {hhmm(wall)} is above the {q.max_walltime} maximum of QOS {req.qos!r} on {site.name}")
+
+
+def check_queue_limits(site: SiteProfile, req: ResourceRequest) -> Tuple[Optional[str], Optional[int]]:
+    """``choose_queue``'s (queue name or None, walltime minutes or None)."""
+    c = choose_queue(site, req)
+    return c.name, c.walltime

@@ -40,7 +40,8 @@ class JobOptions:
     cores_per_rank: Annotated[Optional[int], typer.Option(help="Cores per rank (default: fair share of usable cores).")] = None
     threads_per_core: Annotated[Optional[int], typer.Option(help="Hardware threads per core a rank uses (SMT level).")] = None
     walltime: Annotated[Optional[str], typer.Option("--walltime", "-t", help="Walltime: minutes (90), 90m, 2h, 1h30m, HH:MM, HH:MM:SS, D-HH[:MM[:SS]] or seconds (90s); each scheduler gets its own form of it, in whole minutes rounded up.")] = None
-    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's).")] = None
+    queue: Annotated[Optional[str], typer.Option("--queue", "-q", help="Queue or partition (default: the site's; when the default refuses the job, the first that takes it, named in the dry run and the submit line; never a preemptable one).")] = None
+    qos: Annotated[Optional[str], typer.Option("--qos", help="Slurm quality of service beside the partition (sbatch --qos; OLCF Frontier: --qos debug); one of the site profile's QOSes when it lists them.")] = None
     project: Annotated[Optional[str], typer.Option("--account", "-A", "--project", "-P", help="Project/account to charge: -A/--account as sbatch and qsub take it, -P/--project as bsub (default: the site profile's defaults.account).")] = None
     job_name: Annotated[str, typer.Option("--job-name", "-J", help="Job name.")] = "wml-job"
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Job output file (scheduler pattern, e.g. out.%J).")] = None
@@ -112,6 +113,25 @@ def flag_options() -> frozenset:
     return frozenset(out)
 
 
+def _projects_option() -> Any:
+    """-A/--account/-P/--project on the command line: repeatable there, so that two different
+    projects (``-A ABC -P DEF``) are refused rather than the last silently kept."""
+    base = typing.get_args(_hints()["project"])[1]
+    decls = [d for d in (base.default, *base.param_decls) if isinstance(d, str)]
+    return Annotated[Optional[List[str]], typer.Option(*decls, help=base.help)]
+
+
+_PROJECTS = _projects_option()
+
+
+def _one_project(given: Optional[Sequence[str]]) -> Optional[str]:
+    if not given:
+        return None
+    if len(set(given)) > 1:
+        raise WmlError(f"-A/--account and -P/--project name one project, given {' and '.join(dict.fromkeys(given))}: give one")
+    return given[0]
+
+
 def job_options(func: Callable) -> Callable:
     """A typer command from ``func(..., opts: JobOptions, ...)``: the ``opts`` parameter becomes
     one option per JobOptions field, in the declaration's order and where ``opts`` stands, and
@@ -125,11 +145,12 @@ def job_options(func: Callable) -> Callable:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
             continue
         params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                     annotation=hints[f.name]) for f in fields]
+                                     annotation=_PROJECTS if f.name == "project" else hints[f.name]) for f in fields]
     names = {f.name for f in fields}
 
     @functools.wraps(func)
     def command(**kwargs: Any) -> Any:
+        kwargs["project"] = _one_project(kwargs.get("project"))
         opts = JobOptions(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
         return func(opts=opts, **kwargs)
 
@@ -171,7 +192,7 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         nodes=opts.nodes, ranks_per_node=opts.ranks_per_node, gpus_per_rank=opts.gpus_per_rank,
         ranks_per_gpu=opts.ranks_per_gpu, cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core,
         walltime=-(-walltime_s // 60) if walltime_s is not None else None, walltime_s=walltime_s,
-        queue=opts.queue, project=opts.project, job_name=opts.job_name, output=opts.output, error=opts.error,
+        queue=opts.queue, qos=opts.qos, project=opts.project, job_name=opts.job_name, output=opts.output, error=opts.error,
         after=opts.after, conda_env=opts.env, modules=tuple(opts.module or ()), exports=parse_exports(export or []),
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
@@ -189,24 +210,25 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     from .jobscript import plan_job
     from .site.registry import choose_site
     from .submission import new_jobdir
-    from .walltime import two_part_reading
+    from .walltime import check_two_part
 
     export = _horovod_exports(opts.export, opts.horovod, opts.lms) or []
     check_length(opts.chain, interactive)
     if opts.chain is None and (opts.checkpoint_dir is not None or opts.signal_margin is not None):
         raise WmlError("--checkpoint-dir and --signal-margin go with --chain N")
     profile = choose_site(opts.site)
+    check_two_part(opts.walltime, profile.scheduler, profile.name)
     req, walltime_s = request_from(opts, export)
     if jobdir is None:
         base = Path(os.environ.get("WML_JOBS_DIR") or Path.cwd() / "wml-jobs")
         jobdir = new_jobdir(base.absolute(), opts.job_name)
     plan = plan_job(profile, req, list(program or []), jobdir=jobdir, interactive=interactive and opts.chain is None,
                     preview=preview)
-    note = two_part_reading(opts.walltime, profile.scheduler)
-    if note:
-        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if opts.chain is None:
         return plan, None
+    qos = profile.qos.get(opts.qos) if opts.qos else None
+    if qos is not None and not qos.chains:
+        raise WmlError(f"--chain: {profile.name}'s QOS {opts.qos!r} takes no job chains ({qos.description})")
     from .chain.submit import plan_chain, segment_plan
 
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)

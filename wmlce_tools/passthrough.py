@@ -36,11 +36,16 @@ _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.=&|-]+$")
 OWNED = {
     "slurm": {"--job-name": "-J", "-J": "-J", "--nodes": "-N", "-N": "-N", "--ntasks-per-node": "--ranks-per-node",
               "--cpus-per-task": "--cores-per-rank", "-c": "--cores-per-rank", "--time": "-t", "-t": "-t",
-              "--partition": "-q", "-p": "-q", "--qos": "-q", "-q": "-q", "--account": "-A", "-A": "-A",
+              "--partition": "-q", "-p": "-q", "--qos": "--qos", "-q": "--qos", "--account": "-A", "-A": "-A",
               "--output": "-o", "-o": "-o", "--error": "-e", "-e": "-e", "--dependency": "--after", "-d": "--after",
               "--gpus-per-node": "--gpus-per-rank", "--threads-per-core": "--threads-per-core",
               "--constraint": "--constraint", "-C": "--constraint", "--mem": "--mem", "--exclusive": "--exclusive",
-              "--reservation": "--reservation", "--begin": "--begin", "-b": "--begin", "--mail-user": "--mail"},
+              "--reservation": "--reservation", "--begin": "--begin", "-b": "--begin", "--mail-user": "--mail",
+              # what the Layout sets another way: sbatch would read both and run another shape
+              "--ntasks": "-N and --ranks-per-node", "-n": "-N and --ranks-per-node",
+              "--gpus": "--gpus-per-rank", "-G": "--gpus-per-rank", "--gpus-per-task": "--gpus-per-rank",
+              "--ntasks-per-gpu": "--ranks-per-gpu", "--gres gpu": "--gpus-per-rank",
+              "--array": "wml sweep", "-a": "wml sweep"},
     "pbs": {"-N": "-J", "-A": "-A", "-q": "-q", "-o": "-o", "-e": "-e", "-M": "--mail", "-a": "--begin",
             "-l select": "-N", "-l place": "--exclusive", "-l walltime": "-t", "-W depend": "--after"},
     "lsf": {"-J": "-J", "-P": "-A", "-W": "-t", "-nnodes": "-N", "-q": "-q", "-o": "-o", "-e": "-e",
@@ -91,8 +96,15 @@ def _begin(value: str) -> datetime | str:
     raise WmlError(f"--begin {value!r}: expected HH:MM or YYYY-MM-DDTHH:MM[:SS]")
 
 
-def check_directive(site, text: str) -> str:
-    """A ``--directive`` line: this site's scheduler's, one line, not one wml writes itself."""
+def _slurm_qos_free(site, req) -> bool:
+    """Whether wml writes no QOS for this job (a Slurm site whose -q is a partition and no
+    --qos): a directive may then give one (``#SBATCH --qos=high``)."""
+    return site.slurm.queue_option != "qos" and (req is None or getattr(req, "qos", None) is None)
+
+
+def check_directive(site, text: str, req=None) -> str:
+    """A ``--directive`` line: this site's scheduler's, one line, not one wml writes itself
+    for this job (``req``)."""
     sched = site.scheduler
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
         raise WmlError(f"--directive {text!r}: one line, no control characters")
@@ -111,8 +123,15 @@ def check_directive(site, text: str) -> str:
     key = word
     if sched == "pbs" and word in ("-l", "-W") and len(rest.split()) > 1:
         key = f"{word} {re.split(r'[=:]', rest.split()[1])[0]}"
+    if sched == "slurm" and word == "--gres":
+        value = rest[len(word):].lstrip(" =")
+        if any(g.split(":")[0] == "gpu" for g in value.split(",")):
+            key = "--gres gpu"
+    if sched == "slurm" and key in ("--qos", "-q") and _slurm_qos_free(site, req):
+        return f"{prefix} {rest}"
     if key in OWNED[sched]:
-        raise WmlError(f"--directive {line!r}: wml writes {key} itself; give {OWNED[sched][key]}")
+        give = "-q" if sched == "slurm" and key in ("--qos", "-q") and site.slurm.queue_option == "qos" else OWNED[sched][key]
+        raise WmlError(f"--directive {line!r}: wml writes {key} itself; give {give}")
     return f"{prefix} {rest}"
 
 
@@ -190,5 +209,5 @@ def passthrough(site, req) -> Passthrough:
             else:
                 raise _refuse(site, option, "PBS Pro asks for node features as chunk resources: "
                                             "--directive '#PBS -l ...' with the site's resource names")
-    lines += [check_directive(site, d) for d in req.directives]
+    lines += [check_directive(site, d, req) for d in req.directives]
     return Passthrough(lines=tuple(lines), **out)

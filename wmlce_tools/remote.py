@@ -25,13 +25,34 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _named_from(fn, source: str) -> None:
+    """cloudpickle sends a function's code as ``<dynamic-code>``: give it back the file it was
+    written in, so a traceback names the script's lines (and its text, on a shared file system).
+    The function, the code it nests, and its module's other such functions it may call."""
+    import types
+
+    def fix(code):
+        if code.co_filename != "<dynamic-code>":
+            return code
+        consts = tuple(fix(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        return code.replace(co_filename=source, co_consts=consts)
+
+    seen = set()
+    for f in [fn, *getattr(fn, "__globals__", {}).values()]:
+        if isinstance(f, types.FunctionType) and id(f) not in seen:
+            seen.add(id(f))
+            f.__code__ = fix(f.__code__)
+
+
 def main() -> int:
     import cloudpickle
 
     run_dir = Path(os.environ["WML_SWEEP_RUN"])
     call = int(sys.argv[1])
     trial = int(os.environ["WML_TRIAL"])
-    fn, calls = cloudpickle.loads((run_dir / "calls.pkl").read_bytes())
+    fn, calls, *rest = cloudpickle.loads((run_dir / "calls.pkl").read_bytes())
+    if rest and rest[0]:
+        _named_from(fn, rest[0])
     args, kwargs = calls[call]
     out = run_dir / "trials" / str(trial) / ("result.pkl" if _rank() == 0 else f"result-rank{_rank()}.pkl")
     try:
@@ -49,7 +70,7 @@ def main() -> int:
         try:
             blob = cloudpickle.dumps(("ok", value, ""))
         except Exception as e:
-            blob = cloudpickle.dumps(("error", f"the return value does not pickle: {type(e).__name__}: {e}", ""))
+            blob = cloudpickle.dumps(("error", f"its return value does not pickle ({type(e).__name__}: {e})", ""))
             _write(out, blob)
             return 1
         _write(out, blob)

@@ -23,6 +23,7 @@ class ResourceRequest:
     walltime: Optional[int] = None            # minutes
     walltime_s: Optional[int] = None          # -t to the second (the local site ends its jobs there)
     queue: Optional[str] = None
+    qos: Optional[str] = None                 # Slurm --qos beside the partition (Frontier's debug)
     project: Optional[str] = None
     job_name: str = "wml-job"
     output: Optional[str] = None              # scheduler output file (pattern as the scheduler reads it)

@@ -57,11 +57,12 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     check_no_option(program)
     trials = build_trials(param or (), params_file, seeds)
     sp = api.plan(program, trials, max_running=max_running, pack=pack, preview=dry_run, opts=opts)
-    for line in sp.plan.warnings:
+    for line in sp.warnings:
         sys.stderr.write(f"wml: warning: {line}\n")
     info = {"run_id": sp.record.run_id, "run_dir": str(sp.run_dir), "site": sp.plan.site.name, "mode": sp.mode,
             "why": sp.why, "trials": sp.record.size, "script": str(sp.plan.jobdir / "job.sh"),
-            "submit_command": submit_command_text(sp.plan)}
+            "submit_command": submit_command_text(sp.plan), "queue": sp.plan.queue, "queue_why": sp.plan.queue_why,
+            "walltime": sp.walltime_note}
     if dry_run:
         if as_json:
             typer.echo(json.dumps({**info, "job_id": None, "dry_run": True, "script_text": sp.script}))
@@ -83,13 +84,14 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
         if result.exit_code:
             raise typer.Exit(1)
     elif not as_json:
+        queue = f" in queue {sp.plan.queue} ({sp.plan.queue_why})" if sp.plan.queue_why else ""
         typer.echo(f"Submitted sweep {sp.record.run_id} ({sp.record.size} trials, {sp.mode}) as job {result.job_id} "
-                   f"to {sp.plan.site.name}; wml sweep show {sp.record.run_id}")
+                   f"to {sp.plan.site.name}{queue}; wml sweep show {sp.record.run_id}")
 
 
 @app.command("show")
 def show_cmd(run: RUN,
-             sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the trials by this metric (or parameter), smallest first.")] = None,
+             sort: Annotated[Optional[str], typer.Option("--sort", help="Sort the trials by this metric (or parameter), smallest first; -NAME: largest first. Numbers sort as numbers.")] = None,
              fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
              tail: Annotated[int, typer.Option("--tail", help="Lines of each failed trial's output to show.")] = 5) -> None:
     """Each trial's parameters, state, exit status, walltime and metrics (the last JSON object
@@ -105,7 +107,7 @@ def show_cmd(run: RUN,
 @app.command("resume")
 def resume_cmd(run: RUN,
                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the resubmission.")] = False) -> None:
-    """Submit again only the trials that failed, were cancelled or never ran (same request,
+    """Submit again only the trials that failed, timed out, were cancelled or never ran (same request,
     same run directory; each trial's attempt count goes up)."""
     from . import api
 
@@ -117,7 +119,15 @@ def resume_cmd(run: RUN,
         return
     which = ", ".join(map(str, job.rerun))
     if res.scheduler == "local":
-        typer.echo(f"wml: sweep {job.run_id}: trial(s) {which} ran again; wml sweep show {job.run_id}", err=True)
+        from .sweeps.view import find_run
+
+        v = find_run(str(job.run_dir))
+        how = "; ".join(f"trial {t.index} {t.state.lower()}" + (f" again (exit status {t.exit_code})"
+                                                                 if t.state != "COMPLETED" and t.exit_code is not None
+                                                                 else " again" if t.state != "COMPLETED" else "")
+                        for t in v.trials if t.index in job.rerun)
+        typer.echo(f"wml: sweep {job.run_id}: trial(s) {which} ran again: {how} (earlier output kept as "
+                   f"trials/<i>/output.attempt-<n>.log); wml sweep show {job.run_id}", err=True)
         if res.exit_code:
             raise typer.Exit(1)
     else:

@@ -97,13 +97,16 @@ def slurm_time(minutes: int) -> str:
     return f"{days}-{hhmmss(rest)}" if days else hhmmss(rest)
 
 
-def two_part_reading(text: object, scheduler: str) -> str | None:
-    """A warning when ``-t A:B`` is read (as wml documents: hours:minutes) unlike how the site's
-    scheduler would read it (sbatch --time and PBS walltime: minutes:seconds); else None."""
+def check_two_part(text: object, scheduler: str, site: str) -> None:
+    """Refuse ``-t A:B`` on a site whose scheduler reads two numbers otherwise than wml's
+    HH:MM (sbatch --time and PBS walltime: minutes:seconds), naming both readings; a unit
+    (``30m``, ``2h``) or three parts say which is meant."""
     m = re.match(r"^(\d+):(\d+)$", str(text).strip()) if isinstance(text, str) else None
     if not m or scheduler not in ("slurm", "pbs"):
-        return None
-    a, b = m.groups()
+        return
+    a, b = (int(x) for x in m.groups())
     tool = "sbatch --time" if scheduler == "slurm" else "qsub -l walltime"
-    return (f"-t {text} is {int(a)} h {int(b)} min (HH:MM, as wml reads two numbers on every site); {tool} would read "
-            f"it as {int(a)} min {int(b)} s: for minutes say -t {int(a)}m")
+    hours = "".join(f"{v}{u}" for v, u in ((a, "h"), (b, "m")) if v) or "0m"
+    minutes = "".join(f"{v}{u}" for v, u in ((a, "m"), (b, "s")) if v) or "0s"
+    raise WmlError(f"-t {text} is ambiguous on {site}: wml reads two numbers as HH:MM ({a} h {b} min), {tool} as "
+                   f"MM:SS ({a} min {b} s); say -t {hours} or -t {minutes} (or HH:MM:SS)")

@@ -64,6 +64,8 @@ class Stats:
 
     def __str__(self) -> str:
         mb = 1 << 20
+        if self.plan.startswith("LMS is "):     # off, or on for no model: no figures to give
+            return self.plan
         return (f"LMS: {self.steps} steps; last step kept {self.kept_bytes / mb:.1f} MB, swapped "
                 f"{self.swapped_bytes / mb:.1f} MB, recomputed {self.recomputed_bytes / mb:.1f} MB; peak "
                 f"{self.peak_bytes / mb:.1f} MB of a {self.budget_bytes / mb:.1f} MB budget; "
@@ -194,6 +196,9 @@ class Session:
                  segments: bool = True) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise LmsError(f"LMS size {size!r}: expected the bytes under which a tensor is never swapped (an int >= 0)")
+        if not isinstance(model, nn.Module):
+            raise LmsError(f"lms.enable: {model!r} is not a torch model (an nn.Module)")
+        resolve_budget(budget, 1)       # a bad budget is refused here too, not only where a GPU is
         self.model = model
         self.size = size
         self.segments = bool(segments)     # chained blocks may be recomputed as one segment
@@ -209,6 +214,8 @@ class Session:
         self._skip: Optional[Tuple[int, int, torch.Tensor]] = None   # a segment's later blocks: (next, last, output)
         self._replan = False
         self.stats_ = Stats(budget_bytes=self.budget)
+        if not self.active:
+            self.stats_.plan = "LMS is off for this model: it is not on a GPU, so there is nothing to move"
         self._plan: Optional[planner.Plan] = None
         self._profile: Optional[planner.Profile] = None
         self._rec_tensors: List[planner.SavedTensor] = []

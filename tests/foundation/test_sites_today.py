@@ -162,7 +162,7 @@ def test_rendered_scripts_pass_bash_n(site, program, tmp_path):
                                        ("perlmutter", "sbatch")])
 def test_dry_run_shows_the_submit_command(site, tool, run_wml, tmp_path):
     (tmp_path / "train.py").write_text("print(1)\n")
-    proc = run_wml("submit", "--site", site, "--nodes", "2", "-P", "X", "-t", "0:30", "--dry-run", "--json",
+    proc = run_wml("submit", "--site", site, "--nodes", "2", "-P", "X", "-t", "30m", "--dry-run", "--json",
                    "train.py")
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
@@ -197,6 +197,6 @@ def test_site_detect_recognises_login_nodes(env, host, expected):
 @pytest.mark.parametrize("site", ["polaris", "aurora", "frontier"])
 def test_project_is_required_where_the_centre_rejects_jobs_without_one(site, run_wml, tmp_path):
     (tmp_path / "train.py").write_text("print(1)\n")
-    proc = run_wml("render", "--site", site, "--nodes", "2", "-t", "0:30", "train.py")
+    proc = run_wml("render", "--site", site, "--nodes", "2", "-t", "30m", "train.py")
     assert proc.returncode != 0 and proc.stdout == ""
     assert proc.stderr.startswith("wml: error: ") and "--project" in proc.stderr and len(proc.stderr.splitlines()) == 1

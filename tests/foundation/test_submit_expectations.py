@@ -83,11 +83,16 @@ def test_walltime_normalised_per_scheduler(run_wml, program, site, t, line):
     assert line in proc.stdout.splitlines()
 
 
-def test_two_numbers_read_unlike_sbatch_are_warned(run_wml, program):
+def test_two_numbers_read_unlike_sbatch_are_refused_naming_both(run_wml, program):
+    """Issue 53: -t 30:00 on a Slurm site was 30 hours with a warning; sbatch users mean 30 min."""
     proc = run_wml("render", "-s", "perlmutter", "-t", "30:00", str(program))
-    assert "#SBATCH --time=1-06:00:00" in proc.stdout
-    assert "sbatch --time would read it as 30 min" in proc.stderr and "-t 30m" in proc.stderr
-    assert "warning" not in run_wml("render", "-s", "summit", "-P", "a", "-t", "1:30", str(program)).stderr
+    assert proc.returncode != 0 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "-t 30:00 is ambiguous on perlmutter" in proc.stderr and "30 h 0 min" in proc.stderr
+    assert "sbatch --time as MM:SS (30 min 0 s)" in proc.stderr and "-t 30h or -t 30m" in proc.stderr
+    pbs = run_wml("render", "-s", "polaris", "-A", "a", "-t", "0:30", str(program))
+    assert pbs.returncode != 0 and "qsub -l walltime as MM:SS (0 min 30 s); say -t 30m or -t 30s" in pbs.stderr
+    ok = run_wml("render", "-s", "summit", "-P", "a", "-t", "1:30", str(program))     # LSF -W reads HH:MM
+    assert ok.returncode == 0 and "warning" not in ok.stderr and "#BSUB -W 1:30" in ok.stdout
 
 
 PASS = ["--mem", "64G", "--exclusive", "--reservation", "res1", "--mail", "me@example.org",

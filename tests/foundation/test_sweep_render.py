@@ -42,7 +42,7 @@ def render(site, program, max_running=2, pack=None, **kw):
     ("summit", dict(nodes=2, project="abc123", walltime=30, job_name="lr_sweep")),
     ("polaris", dict(nodes=1, project="proj", walltime=30, job_name="lr_sweep")),
     ("frontier", dict(nodes=1, project="abc123", walltime=30, job_name="lr_sweep")),
-    ("theta", dict(nodes=1, project="datascience", walltime=60, job_name="lr_sweep")),
+    ("theta", dict(nodes=1, project="datascience", walltime=20, job_name="lr_sweep")),   # 3 rounds: 1:00
 ])
 def test_golden_sweep_scripts(site, kw, program):
     _, script = render(site, program, **kw)
@@ -53,7 +53,9 @@ def test_golden_sweep_scripts(site, kw, program):
 def test_array_lines_per_scheduler(program):
     sp, script = render("frontier", program, nodes=1, project="a")
     assert sp.mode == "array" and "#SBATCH --array=0-5%2" in directives(script, "#SBATCH")
-    last = shlex.split(script.strip().splitlines()[-1])
+    deadline, _, rest = script.strip().splitlines()[-1].partition(" ))/3600 ")    # WML_JOB_DEADLINE=$(( ... ))/3600: no -t, 1 h
+    assert deadline == "WML_JOB_DEADLINE=$(( $(date +%s) + 3600"
+    last = shlex.split(rest)
     assert last[3:5] == ["/jobs/sweep1", "$SLURM_ARRAY_TASK_ID"] and "{lr}" in last
     sp, script = render("summit", program, nodes=1, project="a", job_name="s")
     assert '#BSUB -J "s[1-6]%2"' in directives(script, "#BSUB")
@@ -68,7 +70,7 @@ def test_array_lines_per_scheduler(program):
 
 
 def test_theta_is_packed_and_says_why(program):
-    sp, script = render("theta", program, nodes=1, project="p", walltime=60)
+    sp, script = render("theta", program, nodes=1, project="p", walltime=20)
     assert sp.mode == "packed" and "Cobalt has no job arrays" in sp.why
     assert "#COBALT -n 2" in directives(script, "#COBALT")           # 2 trials at a time, a node each
     assert "wmlce_tools.sweeps.packed /jobs/sweep1 --" in script

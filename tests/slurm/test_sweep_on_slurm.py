@@ -73,7 +73,7 @@ def test_grid_as_a_slurm_array_at_most_two_running_then_resume(slurm_chain, tmp_
     assert [t["state"] for t in shown["trials"]] == ["COMPLETED"] * 4 + ["FAILED", "COMPLETED"], shown
     for t in shown["trials"]:
         if t["state"] == "COMPLETED":    # its parameters reached argv and the environment of both ranks
-            assert t["world"] == 2 and t["env_lr"] == t["lr"] and t["env_bs"] == t["bs"]
+            assert t["world"] == 2 and float(t["env_lr"]) == t["lr"] and int(t["env_bs"]) == t["bs"]   # typed
             assert t["loss"] == pytest.approx(float(t["lr"]) * int(t["bs"]) * 3)
     states = _states(run_dir, 6)
     assert {s["job_id"] for s in states} == {job_id}

@@ -10,3 +10,22 @@ def scaled(x):
 
 def square(x):
     return x * x
+
+
+def quits(code):
+    import sys
+
+    sys.exit(code)
+
+
+def lock(_):
+    import threading
+
+    return threading.Lock()
+
+
+def nap(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds

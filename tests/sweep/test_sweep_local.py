@@ -45,7 +45,7 @@ def test_grid_of_a_two_rank_torch_script_packed_failed_trial_resumed_alone(run_w
     assert shown["trials"][4]["exit"] == 3 and shown["counts"]["FAILED"] == 1
     assert info["mode"] == "packed" and info["trials"] == 6
     for t in shown["trials"][:4]:     # the parameters reached argv and the environment, on 2 ranks
-        assert t["world"] == 2 and t["env_lr"] == t["lr"] and t["env_bs"] == t["bs"]
+        assert t["world"] == 2 and float(t["env_lr"]) == t["lr"] and int(t["env_bs"]) == t["bs"]   # typed
         assert t["loss"] == pytest.approx(float(t["lr"]) * int(t["bs"]) * 3)
     placements = [json.loads((run_dir / "trials" / str(i) / "state.json").read_text())["placement"]
                   for i in range(6)]

@@ -83,12 +83,27 @@ class QueueSpec(_Strict):
     description: str = ""
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs for jobs in this queue (Theta debug-flat-quad: mcdram=flat:numa=quad); default the site's")] = None
     interactive_only: Annotated[bool, Meta(description="only for interactive allocations (NERSC's interactive QOS): wml submit --interactive takes it when no -q is given, a batch job never")] = False
+    preemptable: Annotated[bool, Meta(description="its jobs may be killed for others' (ALCF Polaris preemptable): wml never sends a job there without -q naming it")] = False
 
     def __post_init__(self) -> None:
         _check_walltime(self.max_walltime, "max_walltime")
         _check_walltime(self.min_walltime, "min_walltime")
         if self.min_nodes > self.max_nodes:
             raise ValueError(f"min_nodes {self.min_nodes} is above max_nodes {self.max_nodes}")
+
+
+class QosSpec(_Strict):
+    """A Slurm quality of service a job may ask for beside its partition (``--qos``; OLCF
+    Frontier's debug QOS), with its limits where the centre's page gives them."""
+
+    max_nodes: Optional[PositiveInt] = None
+    max_walltime: Annotated[Optional[str], Meta(description="HH:MM or HH:MM:SS")] = None
+    description: str = ""
+    chains: Annotated[bool, Meta(description="whether job chains (wml submit --chain) may use it (Frontier's debug: no)")] = True
+    docs: Annotated[List[str], Meta(description="the centre's page for this QOS")] = []
+
+    def __post_init__(self) -> None:
+        _check_walltime(self.max_walltime, "max_walltime")
 
 
 class DetectSpec(_Strict):
@@ -187,6 +202,7 @@ class SiteProfile(_Strict):
     nodes_per_rack: Optional[PositiveInt] = None
     default_threads_per_core: Annotated[Optional[PositiveInt], Meta(description="SMT level a job gets by default (Summit: smt4); default node.threads_per_core")] = None
     queues: Dict[str, QueueSpec] = {}
+    qos: Annotated[Dict[str, QosSpec], Meta(description="Slurm QOSes a job may ask for with --qos beside its partition (-q); none listed: --qos goes to sbatch as given")] = {}
     gpu_binding: Annotated[Literal["per-rank", "local-rank"], Meta(description="per-rank: each rank sees only its GPUs (CUDA_VISIBLE_DEVICES); "
                       "local-rank: all GPUs visible, the runtime picks by local rank")] = "per-rank"
     modules: Annotated[List[str], Meta(description="modules loaded in every job script")] = []
@@ -210,6 +226,8 @@ class SiteProfile(_Strict):
     def __post_init__(self) -> None:
         if self.scheduler != "local" and not self.queues:
             raise ValueError("a batch site needs at least one queue")
+        if self.qos and (self.scheduler != "slurm" or self.slurm.queue_option == "qos"):
+            raise ValueError("qos: is for a Slurm site whose queues are partitions (slurm.queue_option: partition)")
         defaults = [n for n, q in self.queues.items() if q.default]
         if len(defaults) > 1:
             raise ValueError(f"more than one default queue: {', '.join(defaults)}")

@@ -177,6 +177,22 @@ def check_program(argv: Sequence[str], trials: Sequence[Trial]) -> None:
                            f"{missing[0]!r} (parameters: {known})")
 
 
+def unnamed_parameters(argv: Sequence[str], trials: Sequence[Trial]) -> Optional[str]:
+    """A line for stderr when the program's arguments name none, or not all, of the parameters
+    that vary between trials: those trials differ only in WML_PARAM_<NAME> (and WML_TRIAL), so a
+    program that does not read them runs the same thing each time.  None when all are named."""
+    names = set(placeholders(argv))
+    varying = [k for k in (trials[0].values if trials else {})
+               if len({t.values.get(k) for t in trials}) > 1 and k not in names]
+    if not varying:
+        return None
+    env = ", ".join(f"WML_PARAM_{k.upper()}" for k in varying)
+    which = "name no parameter" if not names else f"name no {{{varying[0]}}}" + (
+        f" (nor {', '.join('{' + k + '}' for k in varying[1:])})" if len(varying) > 1 else "")
+    return (f"the program's arguments {which}: its trials differ in {', '.join(varying)} only through the "
+            f"environment ({env}); put {{{varying[0]}}} where the value goes, or read the variable in the program")
+
+
 def substitute(argv: Sequence[str], values: Mapping[str, str]) -> List[str]:
     """``argv`` with each ``{name}`` replaced by the trial's value."""
     return [word.format_map(values) if "{" in word or "}" in word else word for word in argv]

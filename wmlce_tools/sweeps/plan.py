@@ -47,6 +47,16 @@ class SweepPlan:
     record: record.SweepRecord
     run_dir: Path
     per_time: int = 1           # trials an array element or a packed slot runs (informational)
+    walltime_note: Optional[str] = None   # how the job's walltime follows from one trial's (-t)
+
+    @property
+    def warnings(self) -> List[str]:
+        """Lines for stderr: the job's, and parameters the program's arguments never name."""
+        from .grid import Trial, unnamed_parameters
+
+        trials = [Trial(i, tuple(v.items())) for i, v in enumerate(self.record.trials)]
+        unnamed = unnamed_parameters(self.record.program, trials)
+        return [*self.plan.warnings, *([unnamed] if unnamed else [])]
 
     @property
     def script(self) -> str:
@@ -58,6 +68,10 @@ class SweepPlan:
         lay = self.trial_plan.layout
         lines = [f"# sweep: {n} trial(s), each {lay.describe()}",
                  f"# runs as {'a job array' if self.mode == 'array' else 'one packed allocation'}: {self.why}"]
+        if self.walltime_note:
+            lines.append(f"# walltime: {self.walltime_note}")
+        if self.plan.queue_why:
+            lines.append(f"# queue: {self.plan.queue_why}")
         docs = self.plan.site.sweep.docs
         if docs:
             lines.append(f"# {self.plan.site.name}'s page: {docs[0]}")
@@ -130,15 +144,15 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
                    f"--max-running {spec.stride} gives {spec.stride} subjobs, each running its trials "
                    f"(every {spec.stride}th) one after another, walltime x {spec.per_element}")
             rec = dataclasses.replace(rec, why=why)
+        note = None
         if spec.per_element > 1 and plan.walltime:    # PBS Pro --max-running: trials one after another
-            plan = plan_job(site, dataclasses.replace(req, walltime=plan.walltime * spec.per_element,
-                                                      walltime_s=None), program, jobdir=jobdir, workdir=workdir,
-                                                      preview=preview)
+            plan, note = _rounds_walltime(site, req, spec.per_element, program, jobdir, workdir, preview,
+                                          f"each subjob runs {spec.per_element} trial(s) one after another")
         out = array_output(site.scheduler, plan.output) if not req.output else plan.output
         err = array_output(site.scheduler, plan.error) if not req.error and not req.output else plan.error
         plan = dataclasses.replace(plan, output=out, error=err, exports=(*plan.exports, *only_env),
-                                   sweep=SweepLaunch(spec.directives, launch, spec.lsf_job_name))
-        return SweepPlan(mode, why, plan, trial_plan, rec, run_dir, spec.per_element)
+                                   sweep=SweepLaunch(spec.directives, _deadline(plan) + launch, spec.lsf_job_name))
+        return SweepPlan(mode, why, plan, trial_plan, rec, run_dir, spec.per_element, note)
     # packed: one allocation of M nodes, the trials placed on it by the trial's Layout
     lay = trial_plan.layout
     k = opts.max_running
@@ -165,10 +179,16 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
                                      gpus_per_rank=lay.gpus_per_rank if lay.ranks_per_gpu == 1 else None,
                                      ranks_per_gpu=lay.ranks_per_gpu if lay.ranks_per_gpu > 1 else None)
         try:
-            alloc_plan = plan_job(site, shaped, program, jobdir=jobdir, workdir=workdir, preview=preview)
+            plan_job(site, shaped, program, jobdir=jobdir, workdir=workdir, preview=preview)
+            alloc_req = shaped
         except WmlError:
             pass       # the node cannot say it that way: the allocation as a plain job of `nodes` nodes
     at_once = min(at_once, k or at_once, len(todo))
+    rounds = -(-len(todo) // at_once)
+    # the allocation holds every round of trials: walltime = rounds x one trial's (-t)
+    alloc_plan, note = _rounds_walltime(
+        site, alloc_req, rounds, program, jobdir, workdir, preview,
+        f"{len(todo)} trial(s), {at_once} at a time, run in {rounds} round(s)")
     rec = dataclasses.replace(rec, pack={"allocation": alloc.as_dict(), "need": need.as_dict(),
                                          "gpu_env": site.gpu_env})
     why = f"{why}; {at_once} trial(s) at a time"
@@ -177,5 +197,48 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     rec = dataclasses.replace(rec, why=why)
     launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweeps.packed', str(run_dir)])} -- {ddlrun}"
     plan = dataclasses.replace(alloc_plan, exports=(*alloc_plan.exports, *only_env),
-                               sweep=SweepLaunch((), launch, None, launcher_line=sh_join(trial_plan.launcher_argv)))
-    return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, -(-len(todo) // at_once))
+                               sweep=SweepLaunch((), _deadline(alloc_plan) + launch, None,
+                                                 launcher_line=sh_join(trial_plan.launcher_argv)))
+    return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, rounds, note)
+
+
+def _duration(seconds: int) -> str:
+    """90 -> "1 min 30 s", 5400 -> "1 h 30 min" (the dry run's words for a walltime)."""
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return " ".join(f"{v} {u}" for v, u in ((h, "h"), (m, "min"), (s, "s")) if v) or "0 s"
+
+
+def _deadline(plan: JobPlan) -> str:
+    """The launch line's prefix telling the trial runner when the job's walltime ends (a trial
+    stopped then is TIMEOUT, not CANCELLED): ``WML_JOB_DEADLINE=<end>/<walltime s>``."""
+    wall = plan.request.walltime_s if plan.site.scheduler == "local" else (plan.walltime or 0) * 60
+    if not wall:
+        return ""
+    return f"{record.DEADLINE_VAR}=$(( $(date +%s) + {int(wall)} ))/{int(wall)} "
+
+
+def _rounds_walltime(site: SiteProfile, req: ResourceRequest, rounds: int, program, jobdir, workdir, preview,
+                     how: str):
+    """The job of ``req`` with a walltime that holds ``rounds`` trials one after another (-t is
+    one trial's), and the dry run's line saying so; a queue limit it passes is refused with the
+    walltime the job would need."""
+    one_s = req.walltime_s if req.walltime_s is not None else (req.walltime * 60 if req.walltime else None)
+    if one_s is None or rounds <= 1:
+        plan = plan_job(site, req, program, jobdir=jobdir, workdir=workdir, preview=preview)
+        if one_s is None and rounds > 1:
+            return plan, (f"{how}; no -t: the site's default walltime for the whole job "
+                          f"(-t gives one trial's, and the job gets {rounds} times it)")
+        return plan, (f"{how}: one trial's -t" if one_s is not None else None)
+    total_s = one_s * rounds
+    if site.scheduler != "local":
+        total_s = -(-total_s // 60) * 60       # the scheduler's whole minutes
+    total_min = -(-total_s // 60)
+    one, total = _duration(one_s), _duration(total_s)
+    try:
+        plan = plan_job(site, dataclasses.replace(req, walltime=total_min, walltime_s=total_s), program,
+                        jobdir=jobdir, workdir=workdir, preview=preview)
+    except WmlError as e:
+        raise WmlError(f"{how} of {one} each (-t): the job needs a walltime of {total} ({rounds} x {one}), but {e}; "
+                       f"run more trials at once (--pack NODES, --max-running K) or give a shorter -t") from None
+    return plan, f"{how} of {one} each (-t): the job asks for {total} ({rounds} x {one})"

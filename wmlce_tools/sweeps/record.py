@@ -27,6 +27,9 @@ RESULT_FILE = "result.pkl"
 
 #: a trial's states (its state.json); a trial with no state.json has not started
 RUNNING, COMPLETED, FAILED, CANCELLED = "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
+TIMEOUT = "TIMEOUT"         # ended by its job's walltime (SIGTERM at or after WML_JOB_DEADLINE)
+#: the environment variable the job script sets to its walltime's end (seconds since the epoch)
+DEADLINE_VAR = "WML_JOB_DEADLINE"
 PENDING, MISSING = "PENDING", "MISSING"     # no state.json: its job is live / has ended
 
 

@@ -4,15 +4,17 @@
 For each trial: its ``{name}`` fields filled in, ``WML_TRIAL`` and ``WML_PARAM_<NAME>`` in the
 environment (ddlrun passes them to every rank), its output copied to
 ``trials/<i>/output.log`` as it comes, and ``state.json`` written at the start (RUNNING) and
-the end (COMPLETED / FAILED / CANCELLED, exit status, walltime, metrics = the last JSON object
+the end (COMPLETED / FAILED / TIMEOUT / CANCELLED, exit status, walltime, metrics = the last JSON object
 line rank 0 printed).  A trial that fails does not stop the next; the exit status is the
 first failing trial's (0 when every trial completed).  SIGTERM (scancel, bkill, qdel, the
-walltime) goes to the trial's process group and the trial is recorded CANCELLED."""
+walltime) goes to the trial's process group and the trial is recorded CANCELLED, or TIMEOUT
+when it comes at the job's walltime (``WML_JOB_DEADLINE``, set by the job script)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,14 +29,36 @@ from . import record
 from .grid import Trial, substitute
 
 TAIL_LINES = 200
+#: the lines of MPICH's (Hydra's) banner when a rank ends by a signal: after a cancel or the
+#: walltime they say nothing the trial's state does not ("TIMEOUT", "CANCELLED")
+_BANNER = re.compile(rb"^(=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*|"
+                     rb"This typically refers to a problem with your application\.|"
+                     rb"Please see the FAQ page for debugging suggestions)\r?$")
 
 
 class _Stop:
     signum: Optional[int] = None
+    when: Optional[float] = None
     child: Optional[subprocess.Popen] = None
 
 
+def at_walltime(env, when: Optional[float]) -> bool:
+    """Whether a stop signal that came at ``when`` is the walltime's: at or after the job's
+    deadline (``WML_JOB_DEADLINE``, taken when the job script starts the trials, so a little
+    after the scheduler's own), less a tolerance of 5% of the walltime (1 to 60 s) for that."""
+    text = env.get(record.DEADLINE_VAR)
+    if not text or when is None:
+        return False
+    try:
+        deadline, wall = (float(x) for x in text.split("/"))
+    except ValueError:
+        return False
+    return when >= deadline - min(60.0, max(1.0, 0.05 * wall))
+
+
 def _on_signal(signum, _frame):
+    if _Stop.signum is None:
+        _Stop.when = time.time()
     _Stop.signum = signum
     child = _Stop.child
     if child is not None and child.poll() is None:
@@ -49,6 +73,8 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
     """Run trial ``index``: ``command`` (with ``{name}`` fields) in its environment; returns its
     exit status.  ``out``: where its output goes besides output.log (default: stdout)."""
     out = out if out is not None else sys.stdout.buffer
+    # trials running side by side share the job's output: each line says its trial, as ranks say theirs
+    label = f"[trial {index}] ".encode() if placement is not None else b""
     trial = Trial(index, tuple(rec.trials[index].items()))
     argv = substitute(command, trial.values)
     d = record.trial_dir(run_dir, index)
@@ -61,6 +87,8 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
              "job_id": job_id, "attempt": int(prev.get("attempt", 0)) + 1, "placement": placement,
              "metrics": None}
     record.write_state(run_dir, index, state)
+    if prev.get("attempt") and (d / record.OUTPUT_FILE).exists():    # a rerun: keep the attempt before
+        os.replace(d / record.OUTPUT_FILE, d / f"output.attempt-{int(prev['attempt'])}.log")
     env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), **(extra_env or {}))
     tail: deque = deque(maxlen=TAIL_LINES)
     with open(d / record.OUTPUT_FILE, "wb") as log:
@@ -77,16 +105,18 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
             if _Stop.signum is not None:       # the signal came while it was starting
                 _on_signal(_Stop.signum, None)
             for line in iter(child.stdout.readline, b""):
+                if _Stop.signum is not None and _BANNER.match(line.rstrip(b"\n")):
+                    continue           # MPICH's banner for a rank it was asked to stop
                 log.write(line)
                 log.flush()
-                out.write(line)
+                out.write(label + line)
                 out.flush()
                 tail.append(line.decode(errors="replace"))
             code = child.wait()
             _Stop.child = None
     end = time.time()
     if _Stop.signum is not None:
-        final = record.CANCELLED
+        final = record.TIMEOUT if at_walltime(os.environ, _Stop.when) else record.CANCELLED
     else:
         final = record.COMPLETED if code == 0 else record.FAILED
     state.update(state=final, exit_code=code, end=end, walltime_s=round(end - state["start"], 3),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -14,7 +15,8 @@ from typing import Dict, List, Optional
 from ..errors import WmlError
 from . import record
 
-ORDER = (record.PENDING, record.RUNNING, record.COMPLETED, record.FAILED, record.CANCELLED, record.MISSING)
+ORDER = (record.PENDING, record.RUNNING, record.COMPLETED, record.FAILED, record.TIMEOUT, record.CANCELLED,
+         record.MISSING)
 
 
 @dataclass
@@ -61,8 +63,13 @@ class SweepView:
             return "PENDING"
         if c[record.COMPLETED] == len(self.trials):
             return "COMPLETED"
-        if c[record.CANCELLED] and not c[record.FAILED]:
-            return "CANCELLED"
+        ended = {j.state.value for j in self.jobs}
+        if not c[record.FAILED]:
+            # a trial its job never started (MISSING) ended as that job did
+            if c[record.TIMEOUT] or c[record.MISSING] and ended == {"TIMEOUT"}:
+                return "TIMEOUT"
+            if c[record.CANCELLED] or c[record.MISSING] and ended == {"CANCELLED"}:
+                return "CANCELLED"
         return "FAILED"
 
     def count_text(self) -> str:
@@ -145,7 +152,33 @@ def _fmt(v) -> str:
     return str(v)
 
 
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def typed(value):
+    """A parameter as it was written: ``64`` an int, ``0.1`` a float, anything else as given
+    (a params file's YAML values keep their own type); its ``{name}`` text is unchanged."""
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    return value
+
+
+def _sort_key(x):
+    """Numbers by value, then text (as text); a missing value is placed by the caller."""
+    if isinstance(x, bool):
+        return (1, str(x))
+    if isinstance(x, (int, float)):
+        return (0, x)
+    return (1, str(x))
+
+
 def rows(v: SweepView, sort: Optional[str] = None) -> List[dict]:
+    """The table's rows; ``sort``: by that metric or parameter, smallest first (``-name``:
+    largest first); a trial without it comes last either way."""
     metric_names: List[str] = []
     for t in v.trials:
         for k in (t.metrics or {}):
@@ -153,20 +186,21 @@ def rows(v: SweepView, sort: Optional[str] = None) -> List[dict]:
                 metric_names.append(k)
     out = []
     for t in v.trials:
-        row = {"trial": t.index, **t.params, "state": t.state, "exit": t.exit_code, "walltime_s": t.walltime_s}
+        row = {"trial": t.index, **{k: typed(x) for k, x in t.params.items()}, "state": t.state,
+               "exit": t.exit_code, "walltime_s": t.walltime_s}
         for m in metric_names:
             row[m] = (t.metrics or {}).get(m)
         out.append(row)
     if sort is not None:
-        if sort not in metric_names and not any(sort in r for r in out):
+        name, reverse = sort, False
+        if sort.startswith("-") and sort not in metric_names and not any(sort in r for r in out):
+            name, reverse = sort[1:], True
+        if name not in metric_names and not any(name in r for r in out):
             known = ", ".join(metric_names) or "none yet"
-            raise WmlError(f"--sort {sort}: no trial printed that metric (metrics: {known})")
-
-        def key(r):
-            x = r.get(sort)
-            return (x is None, x if isinstance(x, (int, float)) else str(x) if x is not None else 0)
-
-        out.sort(key=key)
+            raise WmlError(f"--sort {sort}: no trial printed that metric (metrics: {known}; -NAME sorts largest first)")
+        have = [r for r in out if r.get(name) is not None]
+        have.sort(key=lambda r: _sort_key(r[name]), reverse=reverse)
+        out = have + [r for r in out if r.get(name) is None]
     return out
 
 
@@ -200,12 +234,18 @@ def render(v: SweepView, sort: Optional[str] = None, fmt: str = "table", tail: i
     return text
 
 
+#: ddlrun's echo of its launch line (``ddlrun: /path/mpiexec -n 2 ...``): every trial prints one
+_LAUNCH_ECHO = re.compile(r"^ddlrun: \S*\b(mpiexec|mpirun|srun|jsrun|aprun)\s")
+
+
 def last_lines(run_dir: Path, index: int, n: int) -> List[str]:
+    """The trial's last ``n`` lines of output, without ddlrun's launch line."""
     try:
         with open(record.trial_dir(run_dir, index) / record.OUTPUT_FILE, "rb") as f:
-            return f.read()[-65536:].decode(errors="replace").splitlines()[-n:]
+            lines = f.read()[-65536:].decode(errors="replace").splitlines()
     except OSError:
         return []
+    return [ln for ln in lines if not _LAUNCH_ECHO.match(ln)][-n:]
 
 
 def status_lines(v: SweepView) -> List[str]:
@@ -245,7 +285,7 @@ def trial_logs(v: SweepView, index: int, follow: bool = False, out=None, poll_s:
         if not follow:
             return 0
         st = record.read_state(v.run_dir, index) or {}
-        if st.get("state") in (record.COMPLETED, record.FAILED, record.CANCELLED):
+        if st.get("state") in (record.COMPLETED, record.FAILED, record.TIMEOUT, record.CANCELLED):
             follow = False          # one last read
             continue
         fresh = view(v.run_dir, v.rec)

@@ -30,4 +30,4 @@ echo "wml: job ${SLURM_JOB_ID:-?} (lr_sweep) starting on $(hostname) at $(date -
 # ddlrun recomputes this layout inside the allocation and runs:
 #   srun -N 1 -n 8 --ntasks-per-node=8 --cpus-per-task=7 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 --gpu-bind=closest {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
 cd /work/proj
-{python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$SLURM_ARRAY_TASK_ID" -- {ddlrun} --site frontier -n 8 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x1x1x1 -x MIOPEN_USER_DB_PATH -x MIOPEN_CUSTOM_CACHE_DIR -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
+WML_JOB_DEADLINE=$(( $(date +%s) + 1800 ))/1800 {python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$SLURM_ARRAY_TASK_ID" -- {ddlrun} --site frontier -n 8 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x1x1x1 -x MIOPEN_USER_DB_PATH -x MIOPEN_CUSTOM_CACHE_DIR -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'

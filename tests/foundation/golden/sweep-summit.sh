@@ -21,4 +21,4 @@ echo "wml: job ${LSB_JOBID:-?} (lr_sweep) starting on $(hostname) at $(date -u +
 # ddlrun recomputes this layout inside the allocation and runs:
 #   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
 cd /work/proj
-{python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$LSB_JOBINDEX" --base 1 -- {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
+WML_JOB_DEADLINE=$(( $(date +%s) + 1800 ))/1800 {python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$LSB_JOBINDEX" --base 1 -- {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'

@@ -20,4 +20,4 @@ echo "wml: job ${COBALT_JOBID:-?} (lr_sweep) starting on $(hostname) at $(date -
 # ddlrun recomputes this layout inside the allocation and runs:
 #   aprun -n 1 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
 cd /work/proj
-{python} -m wmlce_tools.sweeps.packed /jobs/sweep1 -- {ddlrun} --site theta -n 1 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x1x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
+WML_JOB_DEADLINE=$(( $(date +%s) + 3600 ))/3600 {python} -m wmlce_tools.sweeps.packed /jobs/sweep1 -- {ddlrun} --site theta -n 1 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x1x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
