@@ -179,6 +179,12 @@ def run_cli(argv: Sequence[str]) -> int:
             return 1
         if check_only:
             return 0
+    if not opts.check:
+        from ..fabric.check import launch_warning
+
+        warning = launch_warning(plan.fabric, plan.layout.gpus_per_node, plan.launcher_env(os.environ))
+        if warning:
+            sys.stderr.write(f"ddlrun: {warning}\n")
     if opts.dry_run:
         from .runner import dry_run_text
 

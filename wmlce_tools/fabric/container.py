@@ -15,7 +15,7 @@ from .resolve import expand, fabric_for
 @dataclass(frozen=True)
 class ContainerFabric:
     binds: Tuple[str, ...] = ()                    # SRC or SRC:DST
-    env: Tuple[Tuple[str, str], ...] = ()          # name, value (a path list's value ends in :$NAME)
+    env: Tuple[Tuple[str, str], ...] = ()          # the ranks' variables in the container (a path list's value ends in :$NAME)
     options: Tuple[Tuple[str, str], ...] = ()      # runtime switches, by the runtime's own names
     modules: Tuple[str, ...] = ()                  # host modules loaded before the container starts
     pages: Tuple[str, ...] = ()
@@ -29,7 +29,9 @@ def container_fabric(site: SiteProfile, nodes: int) -> ContainerFabric:
     fab = fabric_for(site, nodes, container=True)
     if fab is None:
         return ContainerFabric()
-    env = tuple((v.name, v.value if v.kind == "set" else f"{v.value}:${v.name}") for v in fab.values)
+    env = dict((v.name, v.value if v.kind == "set" else f"{v.value}:${v.name}") for v in fab.values)
+    env.update((v.name, v.value) for v in fab.container_env)     # set inside the container only: replaces the host's
+    env = tuple(env.items())
     return ContainerFabric(binds=fab.binds, env=env, options=fab.container_options,
                            modules=tuple(m for m, _ in fab.modules), pages=tuple(p for p, _ in fab.pages))
 

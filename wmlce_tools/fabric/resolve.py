@@ -38,6 +38,7 @@ class FabricEnv:
     modules: Tuple[Tuple[str, str], ...]          # (module, page)
     values: Tuple[FabricValue, ...]
     binds: Tuple[str, ...]
+    container_env: Tuple[FabricValue, ...]       # set inside the container only
     container_options: Tuple[Tuple[str, str], ...]
     node_dirs: Tuple[str, ...]                   # variables naming per-node directories
     plugin: Optional[FabricPlugin]
@@ -65,6 +66,7 @@ def fabric_for(site: SiteProfile, nodes: int, container: bool = False) -> Option
     modules: Dict[str, str] = {}
     values: Dict[Tuple[str, str], FabricValue] = {}
     binds: Dict[str, None] = {}
+    inside: Dict[str, FabricValue] = {}
     options: Dict[str, str] = {}
     pages: Dict[str, str] = {}
     for s in spec.settings:
@@ -80,6 +82,9 @@ def fabric_for(site: SiteProfile, nodes: int, container: bool = False) -> Option
         if container:
             binds.update(dict.fromkeys(s.binds))
             options.update(s.container_options)
+            for name, value in s.container_env.items():
+                inside.pop(name, None)
+                inside[name] = FabricValue(name, value, "set", s.page, s.checked)
     set_names = {v.name for v in values.values() if v.kind == "set"}
     node_dirs = tuple(dict.fromkeys(v for d in spec.node_dirs for v in d.variables if v in set_names))
     for d in spec.node_dirs:
@@ -88,7 +93,7 @@ def fabric_for(site: SiteProfile, nodes: int, container: bool = False) -> Option
     if plugin is not None:
         pages.setdefault(plugin.page, plugin.checked)
     return FabricEnv(site=site.name, library=spec.library, network=spec.network, nodes=nodes, container=container,
-                     modules=tuple(modules.items()), values=tuple(values.values()), binds=tuple(binds),
+                     modules=tuple(modules.items()), values=tuple(values.values()), binds=tuple(binds), container_env=tuple(inside.values()),
                      container_options=tuple(options.items()), node_dirs=node_dirs, plugin=plugin,
                      pages=tuple(pages.items()))
 
@@ -110,8 +115,9 @@ class Applied:
 def rank_values(fab: FabricEnv, env: Mapping[str, str], given: Mapping[str, str],
                 given_by: str = "-x") -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Applied, ...]]:
     """(variables to pass to every rank, what each fabric variable is and why).  ``env``: the
-    environment here (a value there was set by the user, or by the job script from the same
-    profile, and is kept); ``given``: the variables passed explicitly (``-x``), which win."""
+    environment here: a value set there (by the user, or by the job script from the same
+    profile) is kept and reaches the ranks as the rest of the job's environment does, so only
+    what this adds is passed; ``given``: the variables passed explicitly (``-x``), which win."""
     out: Dict[str, str] = {}
     report: List[Applied] = []
     for v in fab.values:
@@ -120,7 +126,6 @@ def rank_values(fab: FabricEnv, env: Mapping[str, str], given: Mapping[str, str]
             continue
         if v.kind == "set":
             if v.name in env:
-                out[v.name] = env[v.name]
                 note = "" if env[v.name] == expand(v.value, env) else f"; the page says {v.value}"
                 report.append(Applied(v.name, env[v.name], f"set before the launch{note}"))
             else:
@@ -129,21 +134,25 @@ def rank_values(fab: FabricEnv, env: Mapping[str, str], given: Mapping[str, str]
             continue
         current = out.get(v.name, env.get(v.name, ""))
         front = expand(v.value, env)
-        if front in current.split(":"):
-            out[v.name] = current
-        else:
+        if not current.startswith(front):
             out[v.name] = f"{front}:{current}" if current else front
         report.append(Applied(v.name, f"{front}:...", f"{v.page} (checked {v.checked})"))
-    if fab.node_dirs:
-        out[NODE_DIRS_VAR] = ":".join(fab.node_dirs)
+    dirs = node_dirs_value(fab)
+    if dirs and env.get(NODE_DIRS_VAR) != dirs:
+        out[NODE_DIRS_VAR] = dirs
     return tuple(out.items()), tuple(report)
 
 
-def report_lines(fab: FabricEnv, applied: Tuple[Applied, ...], prog: str) -> List[str]:
+def node_dirs_value(fab: FabricEnv) -> str:
+    """``WML_NODE_DIRS``: the variables whose directories the rank shim makes on each node."""
+    return ":".join(fab.node_dirs)
+
+
+def report_lines(fab: FabricEnv, applied: Tuple[Applied, ...]) -> List[str]:
     """The dry run's lines: the case, each module and variable with the page it came from."""
-    lines = [f"{prog}: fabric ({fab.site}): {fab.case}"]
-    lines += [f"{prog}:   module {m}  <- {page}" for m, page in fab.modules]
-    lines += [f"{prog}:   {a.name}={a.value}  <- {a.source}" for a in applied]
+    lines = [f"fabric (site {fab.site}): {fab.case}"]
+    lines += [f"  module {m} (the job script loads it)  <- {page}" for m, page in fab.modules]
+    lines += [f"  {a.name}={a.value}  <- {a.source}" for a in applied]
     if fab.node_dirs:
-        lines.append(f"{prog}:   per-node directories (mkdir -p on each node): {', '.join('$' + v for v in fab.node_dirs)}")
+        lines.append(f"  made on each node before the program: {', '.join('$' + v for v in fab.node_dirs)}")
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Collection, List
 
 from ..quoting import comment
-from .resolve import FabricEnv
+from .resolve import NODE_DIRS_VAR, FabricEnv, node_dirs_value
 
 
 def script_lines(fab: FabricEnv, user_exports: Collection[str] = ()) -> List[str]:
@@ -21,4 +21,7 @@ def script_lines(fab: FabricEnv, user_exports: Collection[str] = ()) -> List[str
             lines.append(f'[ -n "${{{v.name}+set}}" ] || export {v.name}="{v.value}"    # {comment(v.page)}')
         else:
             lines.append(f'export {v.name}="{v.value}${{{v.name}:+:${v.name}}}"    # {comment(v.page)}')
+    lines += [f"# inside the container: {v.name}={comment(v.value)}    # {comment(v.page)}" for v in fab.container_env]
+    if fab.node_dirs:     # ddlrun's rank shim makes them on every node before the program starts
+        lines.append(f'export {NODE_DIRS_VAR}="{node_dirs_value(fab)}"')
     return lines

@@ -58,6 +58,8 @@ class FabricSetting(_Strict):
     env: Annotated[Dict[str, str], Meta(description="variables every rank gets unless the user set them")] = {}
     prepend: Annotated[Dict[str, str], Meta(description="path lists (LD_LIBRARY_PATH) this text is put in front of")] = {}
     binds: Annotated[List[str], Meta(description="inside a container: host paths (SRC or SRC:DST) bound in")] = []
+    container_env: Annotated[Dict[str, str], Meta(description="inside a container: variables set in it only, their values "
+                                                   "naming host variables as $NAME (Apptainer's APPTAINERENV_LD_LIBRARY_PATH)")] = {}
     container_options: Annotated[Dict[str, str], Meta(description="inside a container: the runtime's own switches "
                                                        "(Shifter module: gpu,nccl-plugin; CE annotations com.hooks.aws_ofi_nccl.enabled: true)")] = {}
     note: str = ""
@@ -65,8 +67,9 @@ class FabricSetting(_Strict):
     def __post_init__(self) -> None:
         _check_values(self.env, "env")
         _check_values(self.prepend, "prepend")
-        if self.where == "bare" and (self.binds or self.container_options):
-            raise ValueError("binds and container_options are for settings with where: container (or any)")
+        _check_values(self.container_env, "container_env")
+        if self.where == "bare" and (self.binds or self.container_options or self.container_env):
+            raise ValueError("binds, container_env and container_options are for settings with where: container (or any)")
 
     def applies(self, nodes: int, container: bool) -> bool:
         if self.nodes == "one" and nodes != 1 or self.nodes == "several" and nodes < 2:

@@ -27,6 +27,7 @@ set -u
 [ -n "${MIOPEN_USER_DB_PATH+set}" ] || export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
 [ -n "${MIOPEN_CUSTOM_CACHE_DIR+set}" ] || export MIOPEN_CUSTOM_CACHE_DIR="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
 [ -n "${NCCL_NET+set}" ] || export NCCL_NET="OFI"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
+export WML_NODE_DIRS="MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR"
 export OMP_NUM_THREADS=7
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
