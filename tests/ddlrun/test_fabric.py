@@ -126,3 +126,24 @@ def test_check_reports_the_plugin(ddlrun, fab, plugin):
     warnings = [l for l in lines if "warning" in l]
     assert len(warnings) == (plugin == "absent") and all("load module wml-test-plugin" in w for w in warnings)
     assert "ddlrun: fabric: FAB_NET=OFI <- https://example.org/centre/fabric/several (checked 2026-11-28)" in lines
+
+
+def test_a_local_job_script_gives_each_rank_the_fabric_and_keeps_the_users(run_wml, fab, site_dir, tmp_path):
+    """The whole path on the local site: the rendered job script exports the page's values unless
+    set, ddlrun (MPICH) gives them to every rank; exported at submit -> kept; --export -> wins."""
+    plugin_dir, show = fab
+    shutil.copy(_ctypes.__file__, plugin_dir / "libwmltest-net.so")
+    r = run_wml("submit", "--site", "fabtest", "--nodes", "2", "--ranks-per-node", "2", "--json",
+                "--export", "FAB_X=exported", sys.executable, str(show),
+                env={"WML_SITE_PATH": str(site_dir), "FAB_NET": "user-net", "USER": "tester"})
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["job_id"]
+    script = run_wml("render", "--site", "fabtest", "--nodes", "2", "--ranks-per-node", "2",
+                     sys.executable, str(show), env={"WML_SITE_PATH": str(site_dir)}).stdout
+    assert f'[ -n "${{FAB_NET+set}}" ] || export FAB_NET="OFI"    # {PAGE}/several' in script
+    logs = run_wml("logs", job, env={"WML_SITE_PATH": str(site_dir)})
+    ranks = _ranks(logs.stdout)
+    assert len(ranks) == 4, logs.stdout + logs.stderr
+    for d in ranks:
+        assert (d["FAB_ALL"], d["FAB_NET"], d["FAB_X"]) == ("1", "user-net", "exported")
+        assert d["FAB_DIR"] == f"{tmp_path}/cache-tester" and d["dir_made"]
