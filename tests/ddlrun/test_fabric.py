@@ -147,3 +147,20 @@ def test_a_local_job_script_gives_each_rank_the_fabric_and_keeps_the_users(run_w
     for d in ranks:
         assert (d["FAB_ALL"], d["FAB_NET"], d["FAB_X"]) == ("1", "user-net", "exported")
         assert d["FAB_DIR"] == f"{tmp_path}/cache-tester" and d["dir_made"]
+
+
+def test_the_plugin_is_looked_for_as_the_library_loads_it(tmp_path):
+    """NCCL_NET_PLUGIN: a path is that file; a word (ofi) names libnccl-net-ofi.so; else the
+    library's own name on LD_LIBRARY_PATH and the profile's paths."""
+    from wmlce_tools.fabric.probe import find_plugin
+
+    lib, extra = tmp_path / "lib", tmp_path / "extra"
+    lib.mkdir(), extra.mkdir()
+    (lib / "libnccl-net-ofi.so").write_text("")
+    (extra / "libwmltest-net.so").write_text("")
+    env = {"LD_LIBRARY_PATH": f"/nonexistent:{lib}"}
+    assert find_plugin("libwmltest-net.so", [], env) is None
+    assert find_plugin("libwmltest-net.so", [str(extra)], env) == str(extra / "libwmltest-net.so")
+    assert find_plugin("libwmltest-net.so", [], {**env, "NCCL_NET_PLUGIN": "ofi"}) == str(lib / "libnccl-net-ofi.so")
+    assert find_plugin("libwmltest-net.so", [str(extra)], {"NCCL_NET_PLUGIN": str(lib / "libnccl-net-ofi.so")}) == str(lib / "libnccl-net-ofi.so")
+    assert find_plugin("libwmltest-net.so", [str(extra)], {"NCCL_NET_PLUGIN": str(lib / "gone.so")}) is None

@@ -3,7 +3,7 @@ library only: ``ddlrun --check`` runs ``python -m wmlce_tools.fabric.probe SPEC`
 host, and ddlrun looks here before a multi-node launch.
 
 The plugin is looked for where the library's ``dlopen`` finds it: the file ``NCCL_NET_PLUGIN``
-names (a path), the directories of ``LD_LIBRARY_PATH`` (the ranks' value, which the fabric may
+names (a path; a word such as ``ofi`` names ``libnccl-net-ofi.so``), the directories of ``LD_LIBRARY_PATH`` (the ranks' value, which the fabric may
 have prepended to), the profile's ``paths``, then the system's library directories.  The
 libfabric provider (``cxi`` on Slingshot) is looked for with ``fi_info -l`` where it exists."""
 from __future__ import annotations
@@ -30,10 +30,13 @@ def find_plugin(library: str, paths: Sequence[str], env: Mapping[str, str]) -> O
     named = env.get("NCCL_NET_PLUGIN", "")
     if "/" in named:
         return named if os.path.isfile(named) else None
+    # NCCL_NET_PLUGIN=ofi names libnccl-net-ofi.so (RCCL: librccl-net-ofi.so) as well
+    names = [*(f"lib{lib}-net-{named}.so" for lib in ("nccl", "rccl") if named), library]
     for d in search_dirs(paths, env):
-        f = os.path.join(d, library)
-        if os.path.isfile(f):
-            return f
+        for name in names:
+            f = os.path.join(d, name)
+            if os.path.isfile(f):
+                return f
     return None
 
 
