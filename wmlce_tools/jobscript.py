@@ -21,6 +21,8 @@ import jinja2
 from ._version import __version__
 from .cache import cache_dir
 from .errors import WmlError
+from .fabric.resolve import fabric_for
+from .fabric.script import script_lines
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, choose_queue, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
@@ -70,6 +72,7 @@ class JobPlan:
     modules: Tuple[str, ...]
     env_lines: Tuple[str, ...]        # conda env activation
     exports: Tuple[Tuple[str, str], ...]
+    fabric_lines: Tuple[str, ...] = ()     # the site's fabric for this job (wmlce_tools/fabric)
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
@@ -306,10 +309,12 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
                           ("--output", req.output), ("--error", req.error)):
         if value is not None:
             check_directive_value(option, value)
-    modules = tuple(check_module(m) for m in (*site.modules, *req.modules))
     choice = choose_queue(site, _interactive_queue(site, req, interactive))
     queue, walltime = choice.name, choice.walltime
     layout = compile_layout(site, req)
+    fabric = fabric_for(site, layout.nodes, container=bool(getattr(req, "container", None)))   # issue 49's --container
+    fabric_modules = [m for m, _ in (fabric.modules if fabric else ()) if m not in site.modules]
+    modules = tuple(check_module(m) for m in (*site.modules, *fabric_modules, *req.modules))
     if req.rack_contiguous and site.scheduler != "lsf":
         raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")
     sched = get_scheduler(site.scheduler)
@@ -344,7 +349,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         # in every hybrid example; the launchers set nothing)
         exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
     exports.update(req.export_dict)
-    return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
+    fabric_lines = tuple(script_lines(fabric, req.export_dict)) if fabric is not None else ()
+    return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program, fabric_lines=fabric_lines,
                    queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
                    exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
@@ -414,7 +420,7 @@ def render_script(plan: JobPlan) -> str:
         slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
         modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
         constraint=plan.constraint,
-        exports=[(k, sh_quote(v)) for k, v in plan.exports],
+        exports=[(k, sh_quote(v)) for k, v in plan.exports], fabric_lines=plan.fabric_lines,
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
         launcher_line=sh_join(plan.launcher_argv),

@@ -124,9 +124,9 @@ def test_frontier_srun_line(program):
     argv = promised_launch(script)
     assert argv[:5] == ["srun", "-N", "2", "-n", "16"]
     assert "--cpus-per-task=7" in argv and "--gpus-per-task=1" in argv and "--gpu-bind=closest" in argv
-    for mod in ("PrgEnv-gnu", "rocm", "craype-accel-amd-gfx90a"):
+    for mod in ("PrgEnv-gnu", "rocm", "craype-accel-amd-gfx90a", "rccl-net-plugin"):
         assert f"module load {mod}\n" in script
-    assert "export MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache" in script
+    assert 'export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"' in script
 
 
 def test_frontier_walltime_bins(program):

@@ -32,6 +32,8 @@ def shrunk(name: str, local_slurm) -> dict:
     prof["total_nodes"] = len(local_slurm.nodes)
     prof["queues"] = {"debug": {"default": True, "max_nodes": len(local_slurm.nodes), "max_walltime": "0:30"}}
     prof["modules"] = []
+    for setting in prof.get("fabric", {}).get("settings", []):
+        setting.pop("modules", None)       # rccl-net-plugin & co. are not modules here; the variables stay
     prof.pop("detect", None)
     prof.setdefault("launcher_options", {})["srun_mpi"] = "pmi2"
     prof.pop("slurm", None)

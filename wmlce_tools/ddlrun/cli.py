@@ -30,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
 
 EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
           "DDL_OPTIONS, DDL_GPU_BINDING, DDL_LAYOUT_GPUS, CUDA_VISIBLE_DEVICES (per-rank binding) and, with "
-          "--emulate-nodes, DDL_EMULATE_NODES.  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
+          "--emulate-nodes, DDL_EMULATE_NODES, and the site profile's fabric variables for its case (NCCL_NET, "
+          "FI_*, CCL_*, ...: a variable already set or given with -x wins).  Environment: WML_SITE (site), WML_MPIEXEC (mpiexec to use), "
           "WML_RANKS_PER_GPU (as --ranks-per-gpu), "
           "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), "
           "WML_DDLRUN_HOSTFILE_BYTES (a longer host list goes to mpiexec in a host file, default 32768), WML_HOROVOD=1 "
@@ -72,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                    "torch.cuda.set_enabled_lms(True) and its twins work with no wml import (also WML_LMS=1)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
-                   "version, same GPU count); stop on failure")
+                   "version, same GPU count; the site's network plugin found and loadable, its libfabric provider, "
+                   "the fabric variables in force); stop on failure")
     p.add_argument("--dry-run", action="store_true", help="print the launch command; run nothing")
     p.add_argument("--no-prefix", dest="prefix", action="store_false", help="do not prefix output lines with [rank]")
     p.add_argument("-v", "--verbose", action="store_true", help="say where hosts and layout come from")
@@ -179,6 +181,12 @@ def run_cli(argv: Sequence[str]) -> int:
             return 1
         if check_only:
             return 0
+    if not opts.check:
+        from ..fabric.check import launch_warning
+
+        warning = launch_warning(plan.fabric, plan.layout.gpus_per_node, plan.launcher_env(os.environ))
+        if warning:
+            sys.stderr.write(f"ddlrun: {warning}\n")
     if opts.dry_run:
         from .runner import dry_run_text
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..errors import WmlError
+from ..fabric.resolve import Applied, FabricEnv, fabric_for, rank_values
 from ..launchers import LaunchContext, launch_command
 from ..layout import Layout, compile_layout
 from ..resources import ResourceRequest
@@ -84,6 +85,8 @@ class LaunchPlan:
     mpiargs: Tuple[str, ...]
     notes: Tuple[str, ...] = ()          # lines ddlrun says before launching (e.g. fitted)
     hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
+    fabric: Optional[FabricEnv] = None   # the site's fabric for this launch (wmlce_tools/fabric)
+    fabric_report: Tuple[Applied, ...] = ()   # each fabric variable's value and where it came from
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -332,6 +335,11 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
     exports = _exports(opts.exports, env)
+    fabric = fabric_for(site, layout.nodes)
+    fabric_report: Tuple[Applied, ...] = ()
+    if fabric is not None:     # every rank gets the site's fabric; a variable set here or given by -x wins
+        extra, fabric_report = rank_values(fabric, env, dict(exports))
+        exports = (*exports, *extra)
     _check_program(opts.program)
     exe, flavor = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
@@ -346,4 +354,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
-                      notes=(fitted,) if fitted else (), hostfile=hostfile)
+                      notes=(fitted,) if fitted else (), hostfile=hostfile,
+                      fabric=fabric, fabric_report=fabric_report)

@@ -31,6 +31,13 @@ try:
     out.update(runtime=__version__, gpus=count_gpus())
 except Exception as e:
     out["error"] = f"{type(e).__name__}: {e}"
+if len(sys.argv) > 1 and "error" not in out:     # the site's network plugin (wmlce_tools/fabric/probe.py)
+    try:
+        import os
+        from wmlce_tools.fabric.probe import probe
+        out["fabric"] = probe(json.loads(sys.argv[1]), os.environ)
+    except Exception as e:
+        out["error"] = f"fabric probe: {type(e).__name__}: {e}"
 print(json.dumps(out))
 """
 
@@ -42,6 +49,7 @@ class HostReport:
     runtime: Optional[str] = None
     gpus: Optional[int] = None
     problem: Optional[str] = None
+    fabric: Optional[dict] = None        # the network plugin's probe (fabric/probe.py), when the site names one
 
 
 def is_this_machine(host: str) -> bool:
@@ -53,16 +61,16 @@ def is_this_machine(host: str) -> bool:
     return host in names
 
 
-def probe_argv(host: str, python: str = sys.executable) -> List[str]:
-    local = [python, "-c", PROBE]
+def probe_argv(host: str, python: str = sys.executable, fabric: Optional[dict] = None) -> List[str]:
+    local = [python, "-c", PROBE, *([json.dumps(fabric)] if fabric is not None else [])]
     if is_this_machine(host):
         return local
     # ssh hands its command to the remote shell: quote every word.
     return ["ssh", *SSH_OPTIONS, host, sh_join(local)]
 
 
-def probe(host: str) -> HostReport:
-    argv = probe_argv(host)
+def probe(host: str, fabric: Optional[dict] = None) -> HostReport:
+    argv = probe_argv(host, fabric=fabric)
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                              stdin=subprocess.DEVNULL)
@@ -77,7 +85,7 @@ def probe(host: str) -> HostReport:
     data = json.loads(lines[-1])
     if "error" in data:
         return HostReport(host, True, problem=f"runtime not importable: {data['error']}")
-    return HostReport(host, True, runtime=data.get("runtime"), gpus=data.get("gpus"))
+    return HostReport(host, True, runtime=data.get("runtime"), gpus=data.get("gpus"), fabric=data.get("fabric"))
 
 
 def judge(reports: Sequence[HostReport], version: str, gpus_needed: int) -> List[HostReport]:
@@ -93,7 +101,7 @@ def judge(reports: Sequence[HostReport], version: str, gpus_needed: int) -> List
             problem = f"{r.gpus} GPU(s), the layout needs {gpus_needed} per node"
         elif problem is None and len(counts) > 1 and r.gpus != majority:
             problem = f"{r.gpus} GPU(s), other hosts have {majority}"
-        out.append(HostReport(r.host, r.reachable, r.runtime, r.gpus, problem))
+        out.append(HostReport(r.host, r.reachable, r.runtime, r.gpus, problem, r.fabric))
     return out
 
 
@@ -107,16 +115,23 @@ def table(reports: Sequence[HostReport]) -> str:
 
 
 def check_hosts(plan, err: TextIO) -> bool:
+    import os
+
     from .._version import __version__
+    from ..fabric.check import check_lines, plugin_spec
 
     hosts = list(dict.fromkeys(plan.node_hosts))
     err.write(f"ddlrun: checking {len(hosts)} host(s) (timeout {PROBE_TIMEOUT_S:.0f} s each)\n")
     err.flush()
+    spec = plugin_spec(plan.fabric, plan.launcher_env(os.environ))
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
-        reports = list(pool.map(probe, hosts))
+        reports = list(pool.map(lambda h: probe(h, spec), hosts))
     gpus_needed = plan.layout.gpus_per_node * (plan.layout.nodes if plan.layout.emulated else 1)
     reports = judge(reports, __version__, gpus_needed)
     err.write(table(reports))
+    if plan.fabric is not None:
+        for line in check_lines(plan.fabric, {r.host: r.fabric for r in reports}, plan.fabric_report):
+            err.write(f"ddlrun: {line}\n")
     bad = [r for r in reports if r.problem is not None]
     if bad:
         err.write(f"ddlrun: check failed on {len(bad)} of {len(reports)} host(s)\n")

@@ -197,6 +197,23 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
     return out
 
 
+NODE_DIRS_VAR = "WML_NODE_DIRS"   # wmlce_tools.fabric.resolve's name (not imported: this starts on every rank)
+
+
+def make_node_dirs(env: Mapping[str, str], rank: int) -> None:
+    """The site's per-node directories (``fabric.node_dirs``: Frontier's MIOpen cache on /tmp),
+    named by the variables ``WML_NODE_DIRS`` lists, as each rank has them (a user's own value
+    included); every rank of a node may make them, ``mkdir -p`` style."""
+    for var in filter(None, env.get(NODE_DIRS_VAR, "").split(":")):
+        path = env.get(var, "")
+        if not path:
+            continue
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ShimError(f"rank {rank}: cannot make {var}={path} on this node: {e.strerror}") from None
+
+
 def _visible_for(mine: Tuple[int, ...], outer: Optional[str], rank: int, var: str = "CUDA_VISIBLE_DEVICES") -> str:
     """CUDA_VISIBLE_DEVICES (or ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK) for a rank whose Layout
     GPUs are ``mine`` (indices on the node)."""
@@ -317,6 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ShimError("no program given")
         env = rank_environment(settings, os.environ)
         rank = int(env["RANK"])
+        make_node_dirs(env, rank)
         if report and stop is not None:   # ddlrun holds a chained job's stop signal until every rank is here (runner)
             try:
                 os.write(2, format_up(report, rank))

@@ -142,6 +142,10 @@ def dry_run_text(plan: LaunchPlan) -> str:
         last = rest.rstrip("\n").rpartition("\n")[2] or first
         lines.append(f"# {hostfile}: {plan.hostfile.count(chr(10))} hosts, one a line, in node order "
                      f"({first!r} .. {last!r}), written at launch and removed when ddlrun exits")
+    if plan.fabric is not None:
+        from ..fabric.resolve import report_lines
+
+        lines += [f"# {line}" for line in report_lines(plan.fabric, plan.fabric_report)]
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from msgspec import Meta
 from typing_extensions import Annotated
 
 from ..walltime import parse_walltime
+from .fabric import FabricSpec
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
@@ -221,6 +222,7 @@ class SiteProfile(_Strict):
     stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
     defaults: JobDefaults = JobDefaults()
     sweep: SweepOptions = SweepOptions()
+    fabric: Annotated[Optional[FabricSpec], Meta(description="the job's communication environment: modules and variables of the GPU collective library per case, each with its page (wmlce_tools/site/fabric.py)")] = None
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:

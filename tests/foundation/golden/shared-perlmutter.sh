@@ -15,6 +15,9 @@
 set -euo pipefail
 
 # 16 ranks on 2 node(s), 8 per node, 2 ranks per GPU, 8 core(s) x 2 hw thread(s) per rank
+# Fabric: nccl on 2 node(s), bare (site perlmutter): each variable below is kept when it is already set
+#   https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
+[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh
 export OMP_NUM_THREADS=16
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"

@@ -13,6 +13,16 @@
 set -euo pipefail
 
 # 16 ranks on 2 node(s), 8 per node, 2 ranks per GPU, 4 core(s) x 1 hw thread(s) per rank
+# Fabric: nccl on 2 node(s), bare (site polaris): each variable below is kept when it is already set
+#   https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+[ -n "${NCCL_NET_GDR_LEVEL+set}" ] || export NCCL_NET_GDR_LEVEL="PHB"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${NCCL_CROSS_NIC+set}" ] || export NCCL_CROSS_NIC="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${NCCL_COLLNET_ENABLE+set}" ] || export NCCL_COLLNET_ENABLE="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${NCCL_NET+set}" ] || export NCCL_NET="AWS Libfabric"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${FI_CXI_DISABLE_HOST_REGISTER+set}" ] || export FI_CXI_DISABLE_HOST_REGISTER="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+[ -n "${FI_CXI_DEFAULT_CQ_SIZE+set}" ] || export FI_CXI_DEFAULT_CQ_SIZE="131072"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
+export LD_LIBRARY_PATH="/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
 export OMP_NUM_THREADS=4
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"

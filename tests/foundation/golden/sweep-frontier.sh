@@ -20,14 +20,19 @@ set +u
 module load PrgEnv-gnu
 module load rocm
 module load craype-accel-amd-gfx90a
+module load rccl-net-plugin
 set -u
-export MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache
-export MIOPEN_CUSTOM_CACHE_DIR=/tmp/my-miopen-cache
-export NCCL_SOCKET_IFNAME=hsn0
+# Fabric: rccl on 1 node(s), bare (site frontier): each variable below is kept when it is already set
+#   https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="kdreg2"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
+[ -n "${MIOPEN_USER_DB_PATH+set}" ] || export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
+[ -n "${MIOPEN_CUSTOM_CACHE_DIR+set}" ] || export MIOPEN_CUSTOM_CACHE_DIR="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
+[ -n "${NCCL_NET+set}" ] || export NCCL_NET="Socket"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
+export WML_NODE_DIRS="MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR"
 export OMP_NUM_THREADS=7
 
 echo "wml: job ${SLURM_JOB_ID:-?} (lr_sweep) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
 #   srun -N 1 -n 8 --ntasks-per-node=8 --cpus-per-task=7 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 --gpu-bind=closest {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
 cd /work/proj
-WML_JOB_DEADLINE=$(( $(date +%s) + 1800 ))/1800 {python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$SLURM_ARRAY_TASK_ID" -- {ddlrun} --site frontier -n 8 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x1x1x1 -x MIOPEN_USER_DB_PATH -x MIOPEN_CUSTOM_CACHE_DIR -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'
+WML_JOB_DEADLINE=$(( $(date +%s) + 1800 ))/1800 {python} -m wmlce_tools.sweeps.trial /jobs/sweep1 "$SLURM_ARRAY_TASK_ID" -- {ddlrun} --site frontier -n 8 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x1x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --lr '{lr}' --bs '{bs}'

@@ -34,6 +34,12 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
+# Fabric: oneccl on 2 node(s), bare (site aurora): each variable below is kept when it is already set
+#   https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+[ -n "${CCL_PROCESS_LAUNCHER+set}" ] || export CCL_PROCESS_LAUNCHER="pmix"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
+[ -n "${CCL_ATL_TRANSPORT+set}" ] || export CCL_ATL_TRANSPORT="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
+[ -n "${CCL_KVS_MODE+set}" ] || export CCL_KVS_MODE="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
+[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
 export OMP_NUM_THREADS=8
 
 echo "wml: job ${PBS_JOBID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"

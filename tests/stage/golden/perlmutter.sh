@@ -32,6 +32,9 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
+# Fabric: nccl on 2 node(s), bare (site perlmutter): each variable below is kept when it is already set
+#   https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
+[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh
 export OMP_NUM_THREADS=32
 
 echo "wml: job ${SLURM_JOB_ID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
