@@ -5,6 +5,7 @@
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
            [--timeline FILE] [--horovod] [--lms] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
+           [--container IMAGE [--container-runtime NAME]]
            [--] PROGRAM [ARGS]...
 
 Errors are one line, ``ddlrun: error: ...``, exit status 2; never a traceback.
@@ -70,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(.tensorflow, .tensorflow.keras, .keras) gives ddl_runtime's Horovod API (also WML_HOROVOD=1)")
     p.add_argument("--lms", action="store_true", help="Large Model Support for torch scripts unchanged: WML CE's "
                    "torch.cuda.set_enabled_lms(True) and its twins work with no wml import (also WML_LMS=1)")
+    p.add_argument("--container", metavar="IMAGE", help="run each rank in this image with the site's container "
+                   "runtime (its container: section; 'none': no container, not even the site's default image)")
+    p.add_argument("--container-runtime", metavar="NAME", help="the site's runtime to use (default: its container.runtime)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count); stop on failure")
@@ -141,7 +145,8 @@ def parse_args(argv: Sequence[str]):
                          site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,
                          exports=_exports(a), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
-                         check=a.check, dry_run=a.dry_run, verbose=a.verbose)
+                         check=a.check, dry_run=a.dry_run, verbose=a.verbose,
+                         container=a.container, container_runtime=a.container_runtime)
 
 
 def _describe(plan) -> str:
@@ -179,6 +184,10 @@ def run_cli(argv: Sequence[str]) -> int:
             return 1
         if check_only:
             return 0
+    if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, this node
+        from ..container.check import check_container
+
+        check_container(plan.container, plan.program, dict(plan.container_env))
     if opts.dry_run:
         from .runner import dry_run_text
 

@@ -16,6 +16,7 @@ from msgspec import Meta
 from typing_extensions import Annotated
 
 from ..walltime import parse_walltime
+from .container_schema import ContainerOptions
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
@@ -205,6 +206,7 @@ class SiteProfile(_Strict):
     stage_env: Annotated[Optional[StageEnvOptions], Meta(description="node-local storage for --stage-env (none: the site cannot stage)")] = None
     defaults: JobDefaults = JobDefaults()
     sweep: SweepOptions = SweepOptions()
+    container: Annotated[Optional[ContainerOptions], Meta(description="container runtimes for --container IMAGE (none: the site runs no containers)")] = None
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:

@@ -1,0 +1,127 @@
+"""What ddlrun checks before any rank starts in a container, each failure one line naming the
+node and what is missing: the runtime is on this node, a path image is there and readable,
+ch-run has a directory for every bind, and inside the image the python runs wml's rank shim
+and finds every module the program imports at its top (``import torch``: an image without torch
+fails here, not in every rank after the launch).
+
+The probe runs once, on the node ddlrun runs on, through the same wrapper the ranks get.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import socket
+import subprocess
+from typing import List, Mapping, Sequence
+
+from ..errors import WmlError
+from .launch import EXECUTABLES, ContainerLaunch, is_path_image
+
+PROBE_TIMEOUT_S = 120.0
+
+PROBE = r"""
+import importlib, importlib.util, json, os, shutil, sys
+out = {"python": sys.version.split()[0], "missing": [], "shim": None, "absent": []}
+for path in sys.argv[2].split("\n") if sys.argv[2] else ():
+    if not (shutil.which(path) if "/" not in path and not path.endswith(".py") else os.path.exists(path)):
+        out["absent"].append(path)
+if sys.argv[1] == "1":
+    try:
+        importlib.import_module("wmlce_tools.ddlrun.rankexec")
+    except Exception as e:
+        out["shim"] = f"{type(e).__name__}: {e}"
+for name in sys.argv[3:]:
+    try:
+        if importlib.util.find_spec(name) is None:
+            out["missing"].append(name)
+    except Exception:
+        out["missing"].append(name)
+print("WML-PROBE " + json.dumps(out))
+"""
+
+
+def program_imports(program: Sequence[str]) -> List[str]:
+    """Top-level packages a program imports at module level: ``python x.py`` (its file, read
+    here: the ranks run it from the same path) or ``python -m pkg.mod``; modules beside the
+    script are its own."""
+    if len(program) < 2 or "python" not in os.path.basename(program[0]):
+        return []
+    if program[1] == "-m" and len(program) > 2:
+        return [program[2].split(".")[0]]
+    script = program[1]
+    if not script.endswith(".py") or not os.path.isfile(script):
+        return []
+    try:
+        tree = ast.parse(open(script, encoding="utf-8").read(), script)
+    except (OSError, SyntaxError, ValueError):
+        return []          # the program says so itself when it runs
+    here = os.path.dirname(os.path.abspath(script))
+    names: List[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    own = lambda n: os.path.exists(os.path.join(here, n + ".py")) or os.path.isdir(os.path.join(here, n))
+    return sorted({n for n in names if n != "__future__" and not own(n)})
+
+
+def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]) -> None:
+    """Raise one WmlError naming this node and the first thing missing."""
+    host = socket.gethostname()
+    where = f"container {cont.image} ({cont.runtime}) on {host}"
+    exe = EXECUTABLES.get(cont.runtime)
+    if exe is not None and shutil.which(exe) is None:
+        raise WmlError(f"{where}: the runtime {exe} is not on PATH"
+                       f"{f' (module load {cont.spec.modules[0]}?)' if cont.spec.modules else ''}")
+    if is_path_image(cont.runtime, cont.image):
+        if not os.path.exists(cont.image):
+            raise WmlError(f"{where}: the image {cont.image} does not exist")
+        if not os.access(cont.image, os.R_OK):
+            raise WmlError(f"{where}: the image {cont.image} is not readable")
+    for b in cont.binds(env):
+        if not os.path.exists(b.src):
+            raise WmlError(f"{where}: bind source {b.src} does not exist on this node")
+        if cont.runtime == "charliecloud" and os.path.isdir(cont.image) \
+                and not os.path.isdir(os.path.join(cont.image, b.dst.lstrip("/"))):
+            raise WmlError(f"{where}: the image has no directory {b.dst} to bind {b.src} onto "
+                           f"(ch-run mounts only onto directories the image has: mkdir it in the image)")
+    if exe is None:          # pyxis, Container Engine: srun makes the container; nothing to run here
+        return
+    _probe(cont, program, env, where)
+
+
+def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str], where: str) -> None:
+    python = cont.spec.python
+    wanted = program_imports(program)
+    files = [program[0]] if program else []
+    files += [a for a in program[1:2] if a.endswith(".py")]
+    argv = cont.wrap([python, "-c", PROBE, "1" if cont.wml else "0", "\n".join(files), *wanted],
+                     env, env.get("PYTHONPATH", ""))
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                             stdin=subprocess.DEVNULL, env={**env, **cont.host_env(env)})
+    except subprocess.TimeoutExpired:
+        raise WmlError(f"{where}: the image's {python} did not answer within {PROBE_TIMEOUT_S:.0f} s") from None
+    except OSError as e:
+        raise WmlError(f"{where}: cannot run {argv[0]}: {e.strerror}") from None
+    lines = [l for l in out.stdout.splitlines() if l.startswith("WML-PROBE ")]
+    if not lines:
+        why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        if "No such file" in why or out.returncode in (126, 127):
+            raise WmlError(f"{where}: the image has no {python} ({why.strip()})")
+        raise WmlError(f"{where}: the image's {python} did not run: {why.strip()}")
+    data = json.loads(lines[-1][len("WML-PROBE "):])
+    if data.get("shim"):
+        raise WmlError(f"{where}: wml's rank shim does not run on the image's python {data['python']}: {data['shim']}")
+    if data.get("absent"):
+        path = data["absent"][0]
+        hint = "not on the image's PATH" if "/" not in path and not path.endswith(".py") else \
+            "not visible inside (bind its directory: the site's container binds, or run from it)"
+        raise WmlError(f"{where}: {path} is {hint}")
+    if data.get("missing"):
+        what = " ".join(program[:2])
+        raise WmlError(f"{where}: the image lacks {', '.join(data['missing'])}, which {what} imports "
+                       f"(python {data['python']} in the image)")
