@@ -125,3 +125,9 @@ def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]
         what = " ".join(program[:2])
         raise WmlError(f"{where}: the image lacks {', '.join(data['missing'])}, which {what} imports "
                        f"(python {data['python']} in the image)")
+
+
+def check_image_here(cont: ContainerLaunch) -> None:
+    """A job of the local site, at submit: a path image must be on this machine now."""
+    if is_path_image(cont.runtime, cont.image) and not os.path.exists(cont.image):
+        raise WmlError(f"--container {cont.image}: no such image on this machine ({cont.runtime})")

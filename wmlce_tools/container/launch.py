@@ -41,6 +41,11 @@ NONE_WORDS = ("none", "off", "no")
 
 EXECUTABLES = {"apptainer": "apptainer", "singularity": "singularity", "shifter": "shifter",
                "podman-hpc": "podman-hpc", "podman": "podman", "charliecloud": "ch-run"}
+# what podman-hpc must be told to pass (-e NAME; an unset one is left out): the variables of
+# wml's job scripts that the rank shim and the runtime read (ARCHITECTURE.md's contract)
+PASSED = ("PYTHONUNBUFFERED", "DDL_OPTIONS", "DDL_TIMELINE", "WML_STOP_SIGNAL", "WML_CHECKPOINT_DIR",
+          "WML_CHAIN_SEGMENT", "WML_CHAIN_LENGTH", "WML_RUN_ID", "WML_TRIAL", "WML_SWEEP_RUN",
+          "WML_HOROVOD", "WML_LMS", "WML_JOB_ID")
 # runtimes that do not put the job's working directory into the container themselves
 BIND_WORKDIR = ("charliecloud", "podman", "podman-hpc", "pyxis", "container-engine")
 
@@ -79,7 +84,9 @@ class Bind:
             raise WmlError(f"bind {text!r}: expected SRC, SRC:DST or SRC:DST:ro")
         return cls(parts[0], parts[1] if len(parts) == 2 else parts[0], ro)
 
-    def spelled(self, ro_word: str = ":ro") -> str:
+    def spelled(self, ro_word: str = ":ro", short: bool = False) -> str:
+        if short and self.src == self.dst and not self.ro:      # apptainer -B /opt
+            return self.src
         return f"{self.src}:{self.dst}{ro_word if self.ro else ''}"
 
     def expanded(self, env: Mapping[str, str]) -> "Bind":
@@ -181,13 +188,13 @@ class ContainerLaunch:
         inner = self.inner(argv, host_pythonpath)
         binds = self.binds(env)
         if rt in ("apptainer", "singularity"):
-            return [rt, "exec", *spec.flags, *_flagged("-B", [b.spelled() for b in binds]), image, *inner]
+            return [rt, "exec", *spec.flags, *_flagged("-B", [b.spelled(short=True) for b in binds]), image, *inner]
         if rt == "shifter":
             mods = [f"--module={','.join(spec.runtime_modules)}"] if spec.runtime_modules else []
             return ["shifter", f"--image={image}", *mods, *spec.flags,
                     *_flagged("-V", [b.spelled() for b in binds]), *inner]
         if rt in ("podman-hpc", "podman"):
-            envs = ["--env-host"] if rt == "podman" else _flagged("-e", sorted({*self.pass_env, "PYTHONUNBUFFERED"}))
+            envs = ["--env-host"] if rt == "podman" else _flagged("-e", sorted({*self.pass_env, *PASSED}))
             return [rt, "run", "--rm", *spec.flags, *envs, *_flagged("-v", [b.spelled() for b in binds]),
                     "-w", self.workdir, image, *inner]
         if rt == "charliecloud":
