@@ -104,9 +104,18 @@ def test_two_trial_sweep_in_the_image(job, debian_image, tmp_path):
     run_dir = Path(json.loads(out.stdout.splitlines()[-1])["run_dir"])
     seen = {}
     for t in (0, 1):
-        text = "".join(p.read_text() for p in (run_dir / "trials" / str(t)).glob("*.log"))
-        text += "".join(p.read_text() for p in (run_dir / "trials" / str(t)).glob("output*"))
+        text = "".join(p.read_text() for p in sorted(set((run_dir / "trials" / str(t)).glob("*.log"))
+                                                      | set((run_dir / "trials" / str(t)).glob("output*"))))
         got = probes(text)
         assert got and all(p["marker"] == MARKER for p in got), text
         seen[t] = {tuple(p["arg"]) for p in got}
     assert seen == {0: {("1",)}, 1: {("2",)}}
+
+
+def test_chain_segment_runs_in_the_image(job, debian_image, tmp_path):
+    out = job("submit", "--chain", "2", "-t", "20s", "--container", str(debian_image), "-N", "2", "probe.py")
+    assert out.returncode == 0, out.stderr
+    assert "finished in segment 1 of 2" in out.stderr + out.stdout
+    logs = "".join(p.read_text() for p in (tmp_path / "wml-jobs").glob("*/segment-1/output.log"))
+    got = probes(logs)
+    assert sorted(p["rank"] for p in got) == ["0", "1"] and all(p["marker"] == MARKER for p in got), logs
