@@ -27,20 +27,31 @@ print("PROBE " + json.dumps({"rank": os.environ["RANK"], "world": os.environ["WO
       "arg": sys.argv[1:]}), flush=True)
 """
 
+ALLREDUCE = """\
+import json
+import numpy as np
+import ddl_runtime as ddl
+ddl.init()
+x = np.arange(4, dtype=np.float64) * (ddl.rank() + 1)
+print("PROBE " + json.dumps({"rank": str(ddl.rank()), "size": ddl.size(), "sum": ddl.allreduce(x, op="sum").tolist(),
+      "numpy": np.__file__, "marker": open("/wml-marker").read().strip()}), flush=True)
+ddl.finalize()
+"""
 
-@pytest.fixture(scope="session")
-def debian_image():
+
+def _build(name: str, packages: str):
+    """An image directory from Debian's packages (mmdebstrap), built once per machine."""
     for tool, pkg in (("ch-run", "charliecloud-runtime"), ("mmdebstrap", "mmdebstrap")):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (apt-get install {pkg}; scripts/test installs it)")
     CACHE.mkdir(exist_ok=True)
-    img = CACHE / "bookworm-python3"
+    img = CACHE / name
     with open(CACHE / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)          # one build, whichever worker comes first
         if not (img / "wml-marker").exists():
-            tar = CACHE / "bookworm-python3.tar"
-            out = subprocess.run(["mmdebstrap", "--variant=minbase", "--include=python3", "bookworm", str(tar)],
-                                 capture_output=True, text=True, timeout=600)
+            tar = CACHE / f"{name}.tar"
+            out = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tar)],
+                                 capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
                 pytest.skip("mmdebstrap could not build the image (is the Debian archive reachable?): "
                             + (out.stderr.strip().splitlines() or ["?"])[-1])
@@ -54,14 +65,26 @@ def debian_image():
     return img
 
 
+@pytest.fixture(scope="session")
+def debian_image():
+    return _build("bookworm-python3", "python3")
+
+
+@pytest.fixture(scope="session")
+def mpi_image():
+    """python3 with Debian's numpy and mpi4py (Open MPI 4.1.4, as Debian's openmpi-bin on the host)."""
+    return _build("bookworm-python3-mpi4py", "python3,python3-numpy,python3-mpi4py")
+
+
 @pytest.fixture
 def job(run_wml, debian_image, tmp_path):
     (debian_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)   # the job's directory, bound
+    (tmp_path / "allreduce.py").write_text(ALLREDUCE)
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "needs_torch.py").write_text("import torch\nprint('PROBE ran')\n")
 
-    def run(*args, timeout=180):
-        return run_wml(*args, env={"USER": os.environ.get("USER") or "root"}, timeout=timeout)
+    def run(*args, timeout=180, env=None):
+        return run_wml(*args, env={"USER": os.environ.get("USER") or "root", **(env or {})}, timeout=timeout)
     return run
 
 
@@ -119,3 +142,23 @@ def test_chain_segment_runs_in_the_image(job, debian_image, tmp_path):
     logs = "".join(p.read_text() for p in (tmp_path / "wml-jobs").glob("*/segment-1/output.log"))
     got = probes(logs)
     assert sorted(p["rank"] for p in got) == ["0", "1"] and all(p["marker"] == MARKER for p in got), logs
+
+
+def test_ddl_runtime_allreduce_in_the_image_through_the_hosts_open_mpi(job, mpi_image, tmp_path):
+    """The image's MPI (Debian's Open MPI under mpi4py) talks to the host's Open MPI mpiexec:
+    ddl_runtime, bound in, allreduces across the two containers; numpy is the image's."""
+    if not os.path.exists("/usr/bin/mpiexec") or "OpenRTE" not in subprocess.run(
+            ["/usr/bin/mpiexec", "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
+    (mpi_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    out = job("submit", "--container", str(mpi_image), "--ranks-per-node", "2", "allreduce.py",
+              env={"WML_MPIEXEC": "/usr/bin/mpiexec", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    assert out.returncode == 0, out.stderr
+    log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
+    got = sorted(probes(log), key=lambda p: p["rank"])
+    assert [p["rank"] for p in got] == ["0", "1"], log
+    for p in got:      # both ranks end with the same sum: (1 + 2) x [0, 1, 2, 3]
+        assert p["size"] == 2 and p["sum"] == [0.0, 3.0, 6.0, 9.0] and p["marker"] == MARKER
+        assert p["numpy"].startswith("/usr/lib/python3/dist-packages/numpy")
+    assert "cma-different-user-namespace" not in log and "btl_vader_single_copy_mechanism CMA" not in log

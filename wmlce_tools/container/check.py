@@ -58,14 +58,27 @@ def program_imports(program: Sequence[str]) -> List[str]:
     except (OSError, SyntaxError, ValueError):
         return []          # the program says so itself when it runs
     here = os.path.dirname(os.path.abspath(script))
-    names: List[str] = []
+    full: List[str] = []
     for node in tree.body:
         if isinstance(node, ast.Import):
-            names += [a.name.split(".")[0] for a in node.names]
+            full += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module.split(".")[0])
+            full.append(node.module)
+    names = [n.split(".")[0] for n in full]
     own = lambda n: os.path.exists(os.path.join(here, n + ".py")) or os.path.isdir(os.path.join(here, n))
-    return sorted({n for n in names if n != "__future__" and not own(n)})
+    wanted = {n for n in names if n != "__future__" and not own(n)}
+    if any(_needs_mpi(n) for n in full):      # wml's runtime, bound in, needs these from the image
+        wanted |= {"numpy", "mpi4py"}
+    return sorted(wanted)
+
+
+def _needs_mpi(name: str) -> bool:
+    """Whether importing ``name`` starts ddl_runtime's collectives (mpi4py, numpy): the runtime,
+    ``ddl`` and Horovod's API do; ``ddl_runtime.core`` and ``.errors`` (what a rank shim reads) do not."""
+    parts = name.split(".")
+    if parts[0] in ("ddl", "horovod"):
+        return True
+    return parts[0] == "ddl_runtime" and (len(parts) == 1 or parts[1] not in ("core", "errors"))
 
 
 def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]) -> None:
