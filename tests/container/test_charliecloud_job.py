@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -36,6 +37,26 @@ x = np.arange(4, dtype=np.float64) * (ddl.rank() + 1)
 print("PROBE " + json.dumps({"rank": str(ddl.rank()), "size": ddl.size(), "sum": ddl.allreduce(x, op="sum").tolist(),
       "numpy": np.__file__, "marker": open("/wml-marker").read().strip()}), flush=True)
 ddl.finalize()
+"""
+
+TRAIN = """\
+import hashlib, json
+import torch
+import ddl_runtime.torch as ddl
+ddl.init()
+torch.manual_seed(1234 + ddl.rank())            # each rank its own initial weights: the broadcast makes them one
+model = torch.nn.Linear(8, 1)
+opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), named_parameters=model.named_parameters())
+ddl.broadcast_parameters(model.state_dict(), root_rank=0)
+x = torch.randn(64, 8, generator=torch.Generator().manual_seed(ddl.rank()))   # each rank its own data
+y = x @ torch.arange(8, dtype=torch.float32) + 0.5
+for _ in range(20):
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
+    opt.step()
+print("PROBE " + json.dumps({"rank": str(ddl.rank()), "size": ddl.size(), "torch": torch.__file__,
+      "params": hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest(),
+      "marker": open("/wml-marker").read().strip()}), flush=True)
 """
 
 
@@ -76,10 +97,32 @@ def mpi_image():
     return _build("bookworm-python3-mpi4py", "python3,python3-numpy,python3-mpi4py")
 
 
+@pytest.fixture(scope="session")
+def torch_image(mpi_image):
+    """The mpi4py image plus torch, installed into it by pip as scripts/test installs it on the host
+    (torch==2.13.0; the image's python is 3.11 like the host's, so the same wheel fits)."""
+    img = CACHE / "bookworm-python3-mpi4py-torch"
+    with open(CACHE / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (img / "wml-marker").exists():
+            shutil.rmtree(img, ignore_errors=True)
+            subprocess.run(["cp", "-a", str(mpi_image), str(img)], check=True, timeout=300)
+            (img / "wml-marker").unlink()
+            out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target",
+                                  str(img / "usr/local/lib/python3.11/dist-packages"), "torch==2.13.0"],
+                                 capture_output=True, text=True, timeout=900)
+            if out.returncode != 0:
+                pytest.skip("pip could not install torch==2.13.0 into the image: "
+                            + (out.stderr.strip().splitlines() or ["?"])[-1])
+            (img / "wml-marker").write_text(MARKER + "\n")
+    return img
+
+
 @pytest.fixture
 def job(run_wml, debian_image, tmp_path):
     (debian_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)   # the job's directory, bound
     (tmp_path / "allreduce.py").write_text(ALLREDUCE)
+    (tmp_path / "train.py").write_text(TRAIN)
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "needs_torch.py").write_text("import torch\nprint('PROBE ran')\n")
 
@@ -153,7 +196,7 @@ def test_ddl_runtime_allreduce_in_the_image_through_the_hosts_open_mpi(job, mpi_
     (mpi_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
     out = job("submit", "--container", str(mpi_image), "--ranks-per-node", "2", "allreduce.py",
               env={"WML_MPIEXEC": "/usr/bin/mpiexec", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}, timeout=300)
     assert out.returncode == 0, out.stderr
     log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
     got = sorted(probes(log), key=lambda p: p["rank"])
@@ -162,3 +205,23 @@ def test_ddl_runtime_allreduce_in_the_image_through_the_hosts_open_mpi(job, mpi_
         assert p["size"] == 2 and p["sum"] == [0.0, 3.0, 6.0, 9.0] and p["marker"] == MARKER
         assert p["numpy"].startswith("/usr/lib/python3/dist-packages/numpy")
     assert "cma-different-user-namespace" not in log and "btl_vader_single_copy_mechanism CMA" not in log
+
+
+OPEN_MPI = {"WML_MPIEXEC": "/usr/bin/mpiexec", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def test_torch_distributed_optimizer_in_the_image_through_the_hosts_open_mpi(job, torch_image, tmp_path):
+    """The issue's job: 2 ranks of a torch DistributedOptimizer script, each in the image (its own
+    torch, numpy and mpi4py; wml's runtime bound in), end with identical parameters."""
+    if not os.path.exists("/usr/bin/mpiexec") or "OpenRTE" not in subprocess.run(
+            ["/usr/bin/mpiexec", "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
+    (torch_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    out = job("submit", "--container", str(torch_image), "--ranks-per-node", "2", "train.py", env=OPEN_MPI, timeout=300)
+    assert out.returncode == 0, out.stderr
+    log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
+    got = sorted(probes(log), key=lambda p: p["rank"])
+    assert [p["rank"] for p in got] == ["0", "1"], log
+    assert got[0]["params"] == got[1]["params"]
+    for p in got:
+        assert p["marker"] == MARKER and p["torch"].startswith("/usr/local/lib/python3.11/dist-packages/torch/")
