@@ -225,3 +225,30 @@ def test_torch_distributed_optimizer_in_the_image_through_the_hosts_open_mpi(job
     assert got[0]["params"] == got[1]["params"]
     for p in got:
         assert p["marker"] == MARKER and p["torch"].startswith("/usr/local/lib/python3.11/dist-packages/torch/")
+
+
+def test_check_on_every_node_through_the_launcher(job, debian_image, tmp_path, monkeypatch):
+    """The per-node check as a multi-node job runs it: the site's launcher (mpiexec) starts it once
+    per (emulated) node; a node whose image lacks a module the program imports is one line."""
+    from wmlce_tools.ddlrun.plan import DdlrunOptions, build_plan, check_container_nodes
+    from wmlce_tools.errors import WmlError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("USER", os.environ.get("USER") or "root")
+    plan = build_plan(DdlrunOptions(program=("python3", "probe.py"), np=2, emulate_nodes=2,
+                                    container=str(debian_image)), os.environ)
+    check_container_nodes(plan, per_node=True)
+    plan = build_plan(DdlrunOptions(program=("python3", "needs_torch.py"), np=2, emulate_nodes=2,
+                                    container=str(debian_image)), os.environ)
+    with pytest.raises(WmlError, match=r"on \S+: the image lacks torch, which python3 needs_torch.py imports"):
+        check_container_nodes(plan, per_node=True)
+
+
+def test_ddlrun_check_container(job, debian_image, tmp_path, isolated_env):
+    env = {**isolated_env, "USER": os.environ.get("USER") or "root"}
+    run = lambda img: subprocess.run([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "--check", "--container", img, "-n", "2"],
+                                     cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    ok = run(str(debian_image))
+    assert ok.returncode == 0 and "(charliecloud): ready on 1 node(s)" in ok.stderr, ok.stderr
+    bad = run(str(tmp_path / "nope"))
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(f"the image {tmp_path}/nope does not exist")

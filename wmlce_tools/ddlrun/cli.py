@@ -182,12 +182,19 @@ def run_cli(argv: Sequence[str]) -> int:
 
         if not check_hosts(plan, sys.stderr):
             return 1
-        if check_only:
-            return 0
-    if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, this node
-        from ..container.check import check_container
+    if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, naming the node
+        import dataclasses
 
-        check_container(plan.container, plan.program, dict(plan.container_env))
+        from .plan import check_container_nodes
+
+        if check_only:     # `ddlrun --check --container IMAGE`: the image's python, on every node
+            plan = dataclasses.replace(plan, program=(plan.container.spec.python, "-c", "pass"))
+        check_container_nodes(plan)
+        if check_only:
+            sys.stderr.write(f"ddlrun: container {plan.container.image} ({plan.container.runtime}): "
+                             f"ready on {len(set(plan.node_hosts))} node(s)\n")
+    if check_only:
+        return 0
     if opts.dry_run:
         from .runner import dry_run_text
 

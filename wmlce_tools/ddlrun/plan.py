@@ -156,6 +156,30 @@ class LaunchPlan:
         return argv
 
 
+def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> None:
+    """The container check before any rank starts: here, on ddlrun's node, when the job's nodes
+    are this host; else once on every node through the site's launcher (one rank per node)
+    (``per_node``: force one or the other)."""
+    from ..container.check import check_container
+
+    env = dict(plan.container_env)
+    if per_node is None:
+        per_node = len(set(plan.node_hosts)) > 1
+    if not per_node:
+        check_container(plan.container, plan.program, env)
+        return
+    from ..container.nodecheck import gather, payload
+
+    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
+    ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
+                        env=dict(plan.exports), extra_args=list(plan.mpiargs))
+    argv = launch_command(one, ctx, [sys.executable, "-m", "wmlce_tools.container.nodecheck",
+                                     payload(plan.container, plan.program)])
+    if plan.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
+        argv[0] = plan.launcher_exe
+    gather(argv, plan.launcher_env(env), plan.node_hosts)
+
+
 def check_output_file(path: str, what: str) -> None:
     """A file the ranks will write (a timeline): its directory exists and is writable, and the
     path is not a directory; checked on the launch node, before any rank starts."""
