@@ -108,7 +108,7 @@ def torch_image(mpi_image):
             shutil.rmtree(img, ignore_errors=True)
             subprocess.run(["cp", "-a", str(mpi_image), str(img)], check=True, timeout=300)
             (img / "wml-marker").unlink()
-            out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target",
+            out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target",
                                   str(img / "usr/local/lib/python3.11/dist-packages"), "torch==2.13.0"],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
