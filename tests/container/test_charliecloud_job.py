@@ -252,3 +252,15 @@ def test_ddlrun_check_container(job, debian_image, tmp_path, isolated_env):
     assert ok.returncode == 0 and "(charliecloud): ready on 1 node(s)" in ok.stderr, ok.stderr
     bad = run(str(tmp_path / "nope"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(f"the image {tmp_path}/nope does not exist")
+
+
+def test_image_mpi_other_than_the_launchers_is_one_line(job, mpi_image, tmp_path):
+    """Open MPI in the image, MPICH's mpiexec (pip's) outside: the ranks would each start alone
+    (two jobs of size 1); the check says so before any starts."""
+    (mpi_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    out = job("submit", "--container", str(mpi_image), "--ranks-per-node", "2", "allreduce.py")
+    assert out.returncode != 0
+    log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
+    errors = [l for l in log.splitlines() if "error" in l]
+    assert len(errors) == 1 and "the image's MPI is 'Open MPI v4.1.4' (Open MPI) but the launcher is MPICH's mpiexec" in errors[0], log
+    assert "PROBE" not in log and "rankexec" not in log

@@ -14,7 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
-from typing import List, Mapping, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from ..errors import WmlError
 from .launch import EXECUTABLES, ContainerLaunch, is_path_image
@@ -38,8 +38,27 @@ for name in sys.argv[3:]:
             out["missing"].append(name)
     except Exception:
         out["missing"].append(name)
+if "mpi4py" in sys.argv[3:] and "mpi4py" not in out["missing"]:
+    try:
+        import mpi4py
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False     # the library's name only: no MPI_Init here
+        from mpi4py import MPI
+        out["mpi"] = MPI.Get_library_version().strip("\x00 \n").splitlines()[0].split(",")[0]
+    except Exception as e:
+        out["mpi_error"] = f"{type(e).__name__}: {e}"
 print("WML-PROBE " + json.dumps(out))
 """
+
+
+def _flavor(library_version: str) -> Optional[str]:
+    """"openmpi" / "mpich" from MPI_Get_library_version's first line (MPICH-ABI kin: Cray MPICH,
+    Intel MPI, MVAPICH are MPICH)."""
+    text = library_version.lower()
+    if "open mpi" in text:
+        return "openmpi"
+    if any(w in text for w in ("mpich", "intel(r) mpi", "mvapich")):
+        return "mpich"
+    return None
 
 
 def program_imports(program: Sequence[str]) -> List[str]:
@@ -81,7 +100,8 @@ def _needs_mpi(name: str) -> bool:
     return parts[0] == "ddl_runtime" and (len(parts) == 1 or parts[1] not in ("core", "errors"))
 
 
-def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]) -> None:
+def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str],
+                    launcher_mpi: Optional[str] = None) -> None:
     """Raise one WmlError naming this node and the first thing missing."""
     host = socket.gethostname()
     where = f"container {cont.image} ({cont.runtime}) on {host}"
@@ -103,10 +123,11 @@ def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[
                            f"(ch-run mounts only onto directories the image has: mkdir it in the image)")
     if exe is None:          # pyxis, Container Engine: srun makes the container; nothing to run here
         return
-    _probe(cont, program, env, where)
+    _probe(cont, program, env, where, launcher_mpi)
 
 
-def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str], where: str) -> None:
+def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str], where: str,
+           launcher_mpi: Optional[str] = None) -> None:
     python = cont.spec.python
     wanted = program_imports(program)
     files = [program[0]] if program else []
@@ -134,6 +155,14 @@ def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]
         hint = "not on the image's PATH" if "/" not in path and not path.endswith(".py") else \
             "not visible inside (bind its directory: the site's container binds, or run from it)"
         raise WmlError(f"{where}: {path} is {hint}")
+    if data.get("mpi_error"):
+        raise WmlError(f"{where}: the image's mpi4py does not load its MPI library: {data['mpi_error']}")
+    image_mpi = _flavor(data.get("mpi") or "")
+    if launcher_mpi and image_mpi and image_mpi != launcher_mpi:
+        names = {"openmpi": "Open MPI", "mpich": "MPICH"}
+        raise WmlError(f"{where}: the image's MPI is {data['mpi']!r} ({names[image_mpi]}) but the launcher is "
+                       f"{names[launcher_mpi]}'s mpiexec: its ranks could not join one job (use an mpiexec of "
+                       f"{names[image_mpi]}: --mpiexec or WML_MPIEXEC, or an image with {names[launcher_mpi]})")
     if data.get("missing"):
         what = " ".join(program[:2])
         raise WmlError(f"{where}: the image lacks {', '.join(data['missing'])}, which {what} imports "

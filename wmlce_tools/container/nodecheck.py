@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 import sys
-from typing import List, Mapping, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from ..errors import WmlError
 from .launch import ContainerLaunch
@@ -22,12 +22,13 @@ NODE_TIMEOUT_S = 180.0
 TAG = "WML-NODE "
 
 
-def payload(cont: ContainerLaunch, program: Sequence[str]) -> str:
+def payload(cont: ContainerLaunch, program: Sequence[str], launcher_mpi: Optional[str] = None) -> str:
     import msgspec
 
     return json.dumps({"runtime": cont.runtime, "image": cont.image, "spec": msgspec.to_builtins(cont.spec),
                        "workdir": cont.workdir, "wml": cont.wml, "extra_binds": list(cont.extra_binds),
-                       "extra_env": [list(kv) for kv in cont.extra_env], "program": list(program)})
+                       "extra_env": [list(kv) for kv in cont.extra_env], "program": list(program),
+                       "launcher_mpi": launcher_mpi})
 
 
 def _from_payload(text: str):
@@ -39,7 +40,7 @@ def _from_payload(text: str):
     cont = ContainerLaunch(runtime=d["runtime"], image=d["image"], spec=msgspec.convert(d["spec"], ContainerRuntime),
                            workdir=d["workdir"], wml=d["wml"], extra_binds=tuple(d["extra_binds"]),
                            extra_env=tuple(tuple(kv) for kv in d["extra_env"]))
-    return cont, d["program"]
+    return cont, d["program"], d.get("launcher_mpi")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -47,8 +48,8 @@ def main(argv: Sequence[str]) -> int:
 
     host = socket.gethostname()
     try:
-        cont, program = _from_payload(argv[0])
-        check_container(cont, program, os.environ)
+        cont, program, launcher_mpi = _from_payload(argv[0])
+        check_container(cont, program, os.environ, launcher_mpi)
     except WmlError as e:
         print(f"{TAG}fail {host}: {e}", flush=True)
         return 0

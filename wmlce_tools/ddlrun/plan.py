@@ -165,8 +165,9 @@ def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> 
     env = dict(plan.container_env)
     if per_node is None:
         per_node = len(set(plan.node_hosts)) > 1
+    flavor = plan.mpi_flavor if plan.site.launcher == "mpiexec" else None    # the image's MPI must be its kin
     if not per_node:
-        check_container(plan.container, plan.program, env)
+        check_container(plan.container, plan.program, env, flavor)
         return
     from ..container.nodecheck import gather, payload
 
@@ -174,7 +175,7 @@ def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> 
     ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
                         env=dict(plan.exports), extra_args=list(plan.mpiargs))
     argv = launch_command(one, ctx, [sys.executable, "-m", "wmlce_tools.container.nodecheck",
-                                     payload(plan.container, plan.program)])
+                                     payload(plan.container, plan.program, flavor)])
     if plan.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
         argv[0] = plan.launcher_exe
     gather(argv, plan.launcher_env(env), plan.node_hosts)
