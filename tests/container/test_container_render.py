@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,20 @@ def test_profile_unknown_runtime(run_wml, tmp_path):
     out = run_wml("site", "validate", str(bad))
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0 and "container.runtime" in out.stderr, out.stderr
+
+
+def test_site_default_image_and_none(run_wml, tmp_path):
+    """A site's container.image runs every job in it; --container none runs one outside."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    text = (Path(wml_root()) / "site_configs" / "frontier.yaml").read_text()
+    (sites / "frontier.yaml").write_text(text.replace("container:\n  runtime: apptainer\n",
+                                                      "container:\n  runtime: apptainer\n  image: /lustre/orion/p/site.sif\n"))
+    env = {"WML_SITE_PATH": str(sites)}
+    default = run_wml("submit", "--dry-run", "--site", "frontier", "-A", "m1", "python", "train.py", env=env)
+    assert default.returncode == 0, default.stderr
+    assert " /lustre/orion/p/site.sif env PYTHONPATH=/opt/wml python train.py" in launch_line(default.stdout)
+    off = run_wml("submit", "--dry-run", "--site", "frontier", "-A", "m1", "--container", "none", "python", "train.py", env=env)
+    assert off.returncode == 0, off.stderr
+    assert "apptainer" not in launch_line(off.stdout) and "module load apptainer" not in off.stdout
+    assert "--container none -- python train.py" in off.stdout        # ddlrun: not the site's default either
