@@ -35,6 +35,7 @@ from .walltime import hhmm, slurm_time
 
 if TYPE_CHECKING:
     from .chain.spec import Segment
+    from .container.launch import ContainerLaunch
     from .stage.script import StagePlan
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
@@ -81,6 +82,7 @@ class JobPlan:
     passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
     queue_why: Optional[str] = None          # the queue wml chose (no -q, the default refused the job), and why
+    container: Optional["ContainerLaunch"] = None   # --container: each rank runs in the image
 
     @property
     def env_script_lines(self) -> Tuple[str, ...]:
@@ -164,6 +166,10 @@ class JobPlan:
             argv += ["--emulate-nodes", str(lay.nodes)]
         for key, _ in self.exports:
             argv += ["-x", key]
+        if self.container is not None:
+            argv += ["--container", self.container.image, "--container-runtime", self.container.runtime]
+        elif self.site.container is not None and self.site.container.image is not None:
+            argv += ["--container", "none"]      # not the site's default image
         return argv + ["--", *self.program]
 
     @property
@@ -185,9 +191,14 @@ class JobPlan:
         from .ddlrun.rankfile import needs_erf
 
         erf = ERF_PLACEHOLDER if self.site.launcher == "jsrun" and needs_erf(self.layout) else None
-        ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf,
+        program, extra = list(self.program), []
+        if self.container is not None:     # one container per rank (the shim inside, as ddlrun runs it)
+            exports = dict(self.exports)
+            program = self.container.wrap(program, exports, exports.get("PYTHONPATH", ""))
+            extra = self.container.launcher_args(exports)
+        ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf, extra_args=extra,
                             hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
-        return launch_command(self.layout, ctx, self.program)
+        return launch_command(self.layout, ctx, program)
 
 
 def _ddlrun_exe(site: SiteProfile) -> List[str]:
@@ -327,8 +338,17 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         raise WmlError(f"--alloc-flags is an LSF option; {site.name} uses {site.scheduler}")
     if req.gpu_binding and not site.node.gpus:
         raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
-    has_env = bool(req.conda_env or modules)
-    python = job_python(site, req, modules)
+    from .container.launch import container_launch, with_fabric
+
+    container = with_fabric(container_launch(site, req.container, req.container_runtime, str(workdir)), site,
+                            layout.nodes)
+    if container is not None and site.scheduler == "local":
+        from .container.check import check_image_here
+
+        check_image_here(container)
+    has_env = bool(req.conda_env or modules or container)
+    python = job_python(site, req, modules) if container is None else \
+        (container.spec.python, f"the python of the image {container.image}")
     program = _resolve_program(argv, has_env, workdir, interactive, python)
     if site.project_required and not req.project:
         raise WmlError(f"{site.name} charges every job to a project: give -P/--project or -A/--account "
@@ -349,8 +369,11 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         # in every hybrid example; the launchers set nothing)
         exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
     exports.update(req.export_dict)
+    if container is not None:
+        container = dataclasses.replace(container, pass_env=tuple(exports))
     fabric_lines = tuple(script_lines(fabric, req.export_dict)) if fabric is not None else ()
-    return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program, fabric_lines=fabric_lines,
+    return JobPlan(container=container, site=site, request=req, layout=layout, scheduler=sched, program=program,
+                   fabric_lines=fabric_lines,
                    queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
                    exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
@@ -422,7 +445,10 @@ def render_script(plan: JobPlan) -> str:
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports], fabric_lines=plan.fabric_lines,
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
-        pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
+        pbs_resources=_pbs_resources(plan, wall),
+        extra_directives=[*(plan.container.directives(site.scheduler) if plan.container else ()), *plan.passthrough.lines],
+        container_lines=plan.container.script_lines() if plan.container else (),
+        container_note=(f"each rank in {plan.container.runtime} image {plan.container.image}" if plan.container else None),
         launcher_line=sh_join(plan.launcher_argv),
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",

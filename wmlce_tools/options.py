@@ -56,6 +56,8 @@ class JobOptions:
     chain: Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")] = None
     checkpoint_dir: Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")] = None
     signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, 5m, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
+    container: Annotated[Optional[str], typer.Option("--container", metavar="IMAGE", help="Run each rank in this image with the site's container runtime (its profile's container: section: Shifter, Apptainer, podman-hpc, pyxis, the CSCS Container Engine, Charliecloud, podman), one container per rank started by the site's launcher; wml's rank shim is bound in read-only; 'none': no container, not even the site's default image.")] = None
+    container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", metavar="NAME", help="With --container: which of the site's runtimes (default: its container.runtime; Perlmutter: shifter or podman-hpc).")] = None
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
 
     mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem=, LSF rusage[mem=].")] = None
@@ -196,7 +198,8 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         after=opts.after, conda_env=opts.env, modules=tuple(opts.module or ()), exports=parse_exports(export or []),
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, mem=opts.mem, exclusive=opts.exclusive,
+        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, container=opts.container,
+        container_runtime=opts.container_runtime, mem=opts.mem, exclusive=opts.exclusive,
         reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
         directives=tuple(opts.directive or ())), walltime_s
 

@@ -36,6 +36,8 @@ class ResourceRequest:
     alloc_flags: Tuple[str, ...] = ()         # LSF -alloc_flags words beyond the SMT level (gpumps, NVME)
     gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
     stage_env: Optional[str] = None           # on | auto | off (--stage-env[=auto]); default the site's
+    container: Optional[str] = None           # --container IMAGE (none: no container); default the site's image
+    container_runtime: Optional[str] = None   # one of the site's container runtimes; default its own
     # passed to the scheduler in its own spelling (passthrough.py)
     mem: Optional[str] = None                 # per node: 64G
     exclusive: bool = False

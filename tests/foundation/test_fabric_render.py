@@ -140,8 +140,8 @@ def test_a_variable_the_user_set_is_never_overwritten(site, scheduler, program):
 
 @pytest.mark.parametrize("old, new, says", [
     ("FI_MR_CACHE_MONITOR: kdreg2", 'FI_MR_CACHE_MONITOR: "$(rm -rf ~)"',
-     ":96: fabric.settings.0: env: FI_MR_CACHE_MONITOR='$(rm -rf ~)': a value may name variables as $NAME"),
-    ('checked: "2026-07-22"', "checked: yesterday", ":94: fabric.plugin.checked: Expected `str` matching regex"),
+     ":{line}: fabric.settings.0: env: FI_MR_CACHE_MONITOR='$(rm -rf ~)': a value may name variables as $NAME"),
+    ('checked: "2026-07-22"', "checked: yesterday", ":{line}: fabric.plugin.checked: Expected `str` matching regex"),
     ("      binds: [/opt/cray,", "      where: bare\n      binds: [/opt/cray,", "binds, container_env and container_options are for settings with where: container"),
 ])
 def test_a_bad_fabric_section_is_one_line_naming_file_line_and_key(old, new, says, run_wml, tmp_path):
@@ -152,4 +152,5 @@ def test_a_bad_fabric_section_is_one_line_naming_file_line_and_key(old, new, say
     r = run_wml("site", "validate", str(bad))
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert says in lines[0], lines[0]
+    line = text[:text.index(old)].count("\n") + 1             # the line the bad value is on
+    assert says.format(line=line) in lines[0], lines[0]

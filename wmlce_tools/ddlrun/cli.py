@@ -5,6 +5,7 @@
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
            [--timeline FILE] [--horovod] [--lms] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
+           [--container IMAGE [--container-runtime NAME]]
            [--] PROGRAM [ARGS]...
 
 Errors are one line, ``ddlrun: error: ...``, exit status 2; never a traceback.
@@ -71,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(.tensorflow, .tensorflow.keras, .keras) gives ddl_runtime's Horovod API (also WML_HOROVOD=1)")
     p.add_argument("--lms", action="store_true", help="Large Model Support for torch scripts unchanged: WML CE's "
                    "torch.cuda.set_enabled_lms(True) and its twins work with no wml import (also WML_LMS=1)")
+    p.add_argument("--container", metavar="IMAGE", help="run each rank in this image with the site's container "
+                   "runtime (its container: section; 'none': no container, not even the site's default image)")
+    p.add_argument("--container-runtime", metavar="NAME", help="the site's runtime to use (default: its container.runtime)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count; the site's network plugin found and loadable, its libfabric provider, "
@@ -143,7 +147,8 @@ def parse_args(argv: Sequence[str]):
                          site=a.site, mode=a.mode, emulate_nodes=a.emulate_nodes,
                          exports=_exports(a), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
-                         check=a.check, dry_run=a.dry_run, verbose=a.verbose)
+                         check=a.check, dry_run=a.dry_run, verbose=a.verbose,
+                         container=a.container, container_runtime=a.container_runtime)
 
 
 def _describe(plan) -> str:
@@ -179,8 +184,19 @@ def run_cli(argv: Sequence[str]) -> int:
 
         if not check_hosts(plan, sys.stderr):
             return 1
+    if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, naming the node
+        import dataclasses
+
+        from .plan import check_container_nodes
+
+        if check_only:     # `ddlrun --check --container IMAGE`: the image's python, on every node
+            plan = dataclasses.replace(plan, program=(plan.container.spec.python, "-c", "pass"))
+        check_container_nodes(plan)
         if check_only:
-            return 0
+            sys.stderr.write(f"ddlrun: container {plan.container.image} ({plan.container.runtime}): "
+                             f"ready on {len(set(plan.node_hosts))} node(s)\n")
+    if check_only:
+        return 0
     if not opts.check:
         from ..fabric.check import launch_warning
 

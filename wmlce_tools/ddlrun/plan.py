@@ -12,7 +12,7 @@ import shutil
 import sys
 import zlib
 from dataclasses import dataclass, replace
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import WmlError
 from ..fabric.resolve import Applied, FabricEnv, fabric_for, rank_values
@@ -22,6 +22,9 @@ from ..resources import ResourceRequest
 from ..site.schema import SiteProfile
 from .hosts import HostSet, discover_hosts, localhost, parse_host_option, read_hostfile
 from .rankfile import host_file, hostfile_bytes, placement_file
+
+if TYPE_CHECKING:
+    from ..container.launch import ContainerLaunch
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
@@ -62,6 +65,8 @@ class DdlrunOptions:
     check: bool = False
     dry_run: bool = False
     verbose: bool = False
+    container: Optional[str] = None      # --container IMAGE (none: no container, not even the site's default)
+    container_runtime: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class LaunchPlan:
     hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
     fabric: Optional[FabricEnv] = None   # the site's fabric for this launch (wmlce_tools/fabric)
     fabric_report: Tuple[Applied, ...] = ()   # each fabric variable's value and where it came from
+    container: Optional["ContainerLaunch"] = None   # --container: each rank's shim runs in the image
+    container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -103,7 +110,8 @@ class LaunchPlan:
             node_lists = node_lists[:1]
         # emulated nodes sharing the host's GPUs (--ranks-per-gpu) have GPUs though their node view has none
         binding = self.site.gpu_binding if lay.node_spec.gpus > 0 or any(gpus for p in lay.placements for gpus, _, _ in p) else "none"
-        argv = [sys.executable, "-m", SHIM_MODULE, "--size", str(lay.size),
+        python = self.container.spec.python if self.container is not None else sys.executable
+        argv = [python, "-m", SHIM_MODULE, "--size", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
                 "--gpus", "|".join(node_lists), "--gpu-env", self.site.gpu_env, "--mode", self.mode,
                 "--master", f"{self.master_addr}:{self.master_port}"]
@@ -128,17 +136,52 @@ class LaunchPlan:
         explicit -x / -genv / -e flags do."""
         env = dict(base)
         env.update(self.exports)
+        if self.container is not None:    # the runtime's own settings (APPTAINERENV_*), as the job script sets them
+            env.update(self.container.host_env(env))
         return env
 
     def command(self, rankfile_path: Optional[str] = None, report: Optional[str] = None,
-                hostfile_path: Optional[str] = None) -> List[str]:
+                hostfile_path: Optional[str] = None, edf_path: Optional[str] = None) -> List[str]:
+        program, extra = self.shim_argv(report), list(self.mpiargs)
+        if self.container is not None:
+            from dataclasses import replace as _replace
+
+            cont = _replace(self.container, edf_path=edf_path) if edf_path else self.container
+            env = dict(self.container_env)
+            program = cont.wrap(program, env, env.get("PYTHONPATH", ""))
+            extra = [*cont.launcher_args(env), *extra]
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
-                            env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path,
+                            env=dict(self.exports), extra_args=extra, rankfile=rankfile_path,
                             hostfile=hostfile_path)
-        argv = launch_command(self.layout, ctx, self.shim_argv(report))
+        argv = launch_command(self.layout, ctx, program)
         if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
             argv[0] = self.launcher_exe
         return argv
+
+
+def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> None:
+    """The container check before any rank starts: here, on ddlrun's node, when the job's nodes
+    are this host; else once on every node through the site's launcher (one rank per node)
+    (``per_node``: force one or the other)."""
+    from ..container.check import check_container
+
+    env = dict(plan.container_env)
+    if per_node is None:
+        per_node = len(set(plan.node_hosts)) > 1
+    flavor = plan.mpi_flavor if plan.site.launcher == "mpiexec" else None    # the image's MPI must be its kin
+    if not per_node:
+        check_container(plan.container, plan.program, env, flavor)
+        return
+    from ..container.nodecheck import gather, payload
+
+    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
+    ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
+                        env=dict(plan.exports), extra_args=list(plan.mpiargs))
+    argv = launch_command(one, ctx, [sys.executable, "-m", "wmlce_tools.container.nodecheck",
+                                     payload(plan.container, plan.program, flavor)])
+    if plan.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
+        argv[0] = plan.launcher_exe
+    gather(argv, plan.launcher_env(env), plan.node_hosts)
 
 
 def check_output_file(path: str, what: str) -> None:
@@ -273,10 +316,12 @@ def _check_slots(layout: Layout, hosts: HostSet, oversubscribe: bool) -> None:
                            f"pass --oversubscribe to allow it")
 
 
-def _check_program(program: Tuple[str, ...]) -> None:
+def _check_program(program: Tuple[str, ...], in_container: bool = False) -> None:
     if not program:
         raise WmlError("no program given: ddlrun [OPTIONS] [--] PROGRAM [ARGS]...")
     prog = program[0]
+    if in_container and "/" not in prog:     # found on the image's PATH (checked there before the launch)
+        return
     if shutil.which(prog) is not None:
         return
     if "/" in prog:
@@ -335,12 +380,16 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
     exports = _exports(opts.exports, env)
-    fabric = fabric_for(site, layout.nodes)
+    from ..container.launch import container_launch, with_fabric
+
+    container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),
+                                             pass_env=[k for k, _ in exports]), site, layout.nodes)
+    fabric = fabric_for(site, layout.nodes, container=container is not None)
     fabric_report: Tuple[Applied, ...] = ()
     if fabric is not None:     # every rank gets the site's fabric; a variable set here or given by -x wins
         extra, fabric_report = rank_values(fabric, env, dict(exports))
         exports = (*exports, *extra)
-    _check_program(opts.program)
+    _check_program(opts.program, container is not None)
     exe, flavor = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
     if opts.timeline:
@@ -355,4 +404,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
                       notes=(fitted,) if fitted else (), hostfile=hostfile,
-                      fabric=fabric, fabric_report=fabric_report)
+                      fabric=fabric, fabric_report=fabric_report, container=container,
+                      container_env=tuple({**env, **dict(exports)}.items()) if container is not None else ())

@@ -133,6 +133,10 @@ def dry_run_text(plan: LaunchPlan) -> str:
     argv = plan.command(rankfile_path=placeholder if plan.placement else None,
                         hostfile_path=hostfile if plan.hostfile else None)
     lines = [sh_join(argv)]
+    edf = plan.container.edf_text(dict(plan.container_env)) if plan.container is not None else None
+    if edf:
+        lines.append("# the Container Engine's EDF, written at launch beside the rankfile:")
+        lines += [f"#   {line}" for line in edf.splitlines()]
     if plan.placement:
         lines.append(f"# {placeholder}:")
         lines += [f"#   {line}" for line in plan.placement.splitlines()]
@@ -168,8 +172,10 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
     try:
         rankfile = _write(workdir, _placement_name(plan), plan.placement)
         hostfile = _write(workdir, HOSTFILE_NAME, plan.hostfile)
+        edf = _write(workdir, "wml-edf.toml",
+                     plan.container.edf_text(dict(plan.container_env)) if plan.container is not None else None)
         token = new_token()
-        argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile)
+        argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile, edf_path=edf)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
         return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size)

@@ -17,6 +17,7 @@ from typing_extensions import Annotated
 
 from ..walltime import parse_walltime
 from .fabric import FabricSpec
+from .container_schema import ContainerOptions
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
@@ -223,6 +224,7 @@ class SiteProfile(_Strict):
     defaults: JobDefaults = JobDefaults()
     sweep: SweepOptions = SweepOptions()
     fabric: Annotated[Optional[FabricSpec], Meta(description="the job's communication environment: modules and variables of the GPU collective library per case, each with its page (wmlce_tools/site/fabric.py)")] = None
+    container: Annotated[Optional[ContainerOptions], Meta(description="container runtimes for --container IMAGE (none: the site runs no containers)")] = None
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:

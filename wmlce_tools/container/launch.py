@@ -1,0 +1,318 @@
+"""The container a job's ranks run in, and how each runtime wraps one rank's command.
+
+The host's launcher (srun, mpiexec, PALS) starts one container per rank; inside, the image's
+python runs wml's rank shim (``wmlce_tools.ddlrun.rankexec``), which is pure Python and is bound
+read-only into the image with ``ddl_runtime`` (``wml_dir`` on PYTHONPATH), so the Layout, GPU
+binding and torchrun variables are the same inside as outside.  Per runtime (flags as in each
+tool's manual; the site's own flags, binds, variables and modules come from its profile):
+
+- apptainer / singularity: ``apptainer exec [flags] -B SRC:DST[:ro] IMAGE CMD`` (binds $HOME,
+  $PWD and /tmp itself; LD_LIBRARY_PATH goes in as APPTAINERENV_LD_LIBRARY_PATH);
+- shifter: ``#SBATCH --image=IMAGE`` (+ ``#SBATCH --module=...``), each rank
+  ``shifter --image=IMAGE [--module=a,b] -V SRC:DST[:ro] CMD`` (NERSC's Perlmutter launchers page);
+- podman-hpc / podman: ``podman-hpc run --rm [--mpi --gpu] -v SRC:DST[:ro] -w WORKDIR
+  [-e NAME]... IMAGE CMD`` (podman passes no variable by itself: podman-hpc's --mpi module passes
+  the launcher's, wml names the job's; plain podman gets ``--env-host``);
+- pyxis (enroot): no wrapper command; ``srun --container-image=IMAGE
+  --container-mounts=SRC:DST[:ro],... --container-workdir=WORKDIR`` (pyxis' usage page);
+- container-engine (CSCS): no wrapper command; ``srun --environment=EDF``, where the EDF is one
+  wml writes (``edf_text``: the image, or ``base_environment`` of the user's EDF, plus the
+  mounts, [env] and the site's [annotations], e.g. the aws_ofi_nccl hook);
+- charliecloud: ``ch-run [flags] -b SRC:DST -c WORKDIR IMAGE -- CMD`` (ch-run mounts only onto
+  directories the image has; it has no read-only bind).
+
+Binds and variables from elsewhere (the fabric section, issue 50) are handed in as a plain list
+(``extra_binds``, ``extra_env``) and treated like the site's.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import WmlError
+from ..site.container_schema import ContainerRuntime
+from ..site.schema import SiteProfile
+
+EDF_PLACEHOLDER = "<EDF written by ddlrun>"
+NONE_WORDS = ("none", "off", "no")
+
+EXECUTABLES = {"apptainer": "apptainer", "singularity": "singularity", "shifter": "shifter",
+               "podman-hpc": "podman-hpc", "podman": "podman", "charliecloud": "ch-run"}
+# what podman-hpc must be told to pass (-e NAME; an unset one is left out): the variables of
+# wml's job scripts that the rank shim and the runtime read (ARCHITECTURE.md's contract)
+PASSED = ("PYTHONUNBUFFERED", "DDL_OPTIONS", "DDL_TIMELINE", "WML_STOP_SIGNAL", "WML_CHECKPOINT_DIR",
+          "WML_CHAIN_SEGMENT", "WML_CHAIN_LENGTH", "WML_RUN_ID", "WML_TRIAL", "WML_SWEEP_RUN",
+          "WML_HOROVOD", "WML_LMS", "WML_JOB_ID")
+# runtimes that do not put the job's working directory into the container themselves
+BIND_WORKDIR = ("charliecloud", "podman", "podman-hpc", "pyxis", "container-engine")
+
+_SCHEME = re.compile(r"^(docker|docker-archive|docker-daemon|oci|oci-archive|oras|library|shub)://\S+$")
+_REF = re.compile(r"^(docker://)?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_SHIFTER = re.compile(r"^((docker|custom|id):)?[A-Za-z0-9][A-Za-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
+_PYXIS_REF = re.compile(r"^([A-Za-z0-9._-]+@)?([A-Za-z0-9._:-]+#)?[A-Za-z0-9][A-Za-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
+_EDF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+FORMS = {
+    "apptainer": "docker://REPO:TAG, oras://..., library://..., or a .sif file / sandbox directory",
+    "singularity": "docker://REPO:TAG, oras://..., library://..., or a .sif file / sandbox directory",
+    "shifter": "a Shifter image name: REPO:TAG or docker:REPO:TAG (pulled with shifterimg pull)",
+    "podman-hpc": "an image name: [REGISTRY/]REPO[:TAG] (podman-hpc migrate'd for the compute nodes)",
+    "podman": "an image name: [REGISTRY/]REPO[:TAG]",
+    "pyxis": "[USER@][REGISTRY#]IMAGE[:TAG] (an enroot URI) or a squashfs file (.sqsh)",
+    "container-engine": "an EDF: its name in $EDF_PATH (~/.edf) or a .toml path, or an image "
+                        "(REGISTRY/REPO:TAG or a .sqsh file) for which wml writes the EDF",
+    "charliecloud": "an image directory (ch-convert / a rootfs) or a SquashFS file (.sqfs)",
+}
+
+
+@dataclass(frozen=True)
+class Bind:
+    src: str
+    dst: str
+    ro: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Bind":
+        parts = text.split(":")
+        ro = parts[-1] == "ro" and len(parts) > 1
+        if ro:
+            parts = parts[:-1]
+        if len(parts) > 2 or not parts[0]:
+            raise WmlError(f"bind {text!r}: expected SRC, SRC:DST or SRC:DST:ro")
+        return cls(parts[0], parts[1] if len(parts) == 2 else parts[0], ro)
+
+    def spelled(self, ro_word: str = ":ro", short: bool = False) -> str:
+        if short and self.src == self.dst and not self.ro:      # apptainer -B /opt
+            return self.src
+        return f"{self.src}:{self.dst}{ro_word if self.ro else ''}"
+
+    def expanded(self, env: Mapping[str, str]) -> "Bind":
+        return Bind(_expand(self.src, env), _expand(self.dst, env), self.ro)
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def wml_root() -> str:
+    """The directory that holds wml's packages (wmlce_tools and ddl_runtime)."""
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
+def is_path_image(runtime: str, image: str) -> bool:
+    """Whether ``image`` names a file or directory on the node (checked there) rather than
+    something the runtime pulls or looks up."""
+    if image.startswith(("/", "./", "../", "~")):
+        return True
+    if runtime in ("apptainer", "singularity"):
+        return not _SCHEME.match(image)
+    if runtime == "pyxis":
+        return image.endswith((".sqsh", ".squashfs"))
+    if runtime == "container-engine":
+        return image.endswith((".toml", ".sqsh", ".squashfs"))
+    if runtime == "charliecloud":
+        return "/" in image or image.endswith(".sqfs")
+    return False
+
+
+def check_image(runtime: str, image: str, site: str) -> str:
+    """``image`` as ``runtime`` names one (a path made absolute), or one WmlError."""
+    if not image or any(c.isspace() for c in image) or image.startswith("-"):
+        raise WmlError(f"--container {image!r}: not an image name for {runtime} on {site} "
+                       f"(expected {FORMS[runtime]})")
+    if is_path_image(runtime, image):
+        return os.path.abspath(os.path.expanduser(image))
+    ok = {"shifter": _SHIFTER, "podman-hpc": _REF, "podman": _REF, "pyxis": _PYXIS_REF,
+          "container-engine": _REF, "charliecloud": _REF}.get(runtime)
+    if runtime in ("apptainer", "singularity"):
+        ok = _SCHEME
+    if ok is not None and not ok.match(image):
+        raise WmlError(f"--container {image!r}: not an image name for {runtime} on {site} "
+                       f"(expected {FORMS[runtime]})")
+    return image
+
+
+@dataclass(frozen=True)
+class ContainerLaunch:
+    """One job's container: what runs, where, and what goes in."""
+
+    runtime: str
+    image: str
+    spec: ContainerRuntime
+    workdir: str
+    wml: Optional[str] = None                 # host directory of wml's packages, bound in (None: not bound)
+    extra_binds: Tuple[str, ...] = ()         # from elsewhere (the fabric section), as SRC[:DST[:ro]]
+    extra_env: Tuple[Tuple[str, str], ...] = ()   # from elsewhere: set on the host before the launch
+    pass_env: Tuple[str, ...] = ()            # variables the job exports (podman-hpc: -e NAME each)
+    edf_path: Optional[str] = None            # container-engine: the EDF wml wrote
+
+    # -- what goes in ----------------------------------------------------------------------
+    def binds(self, env: Mapping[str, str] = {}) -> List[Bind]:
+        out = [Bind.parse(b).expanded(env) for b in (*self.spec.binds, *self.extra_binds)]
+        if self.wml is not None:
+            out += [Bind(os.path.join(self.wml, pkg), f"{self.spec.wml_dir}/{pkg}", True)
+                    for pkg in ("wmlce_tools", "ddl_runtime")]
+        if self.runtime in BIND_WORKDIR and not any(b.dst == self.workdir for b in out):
+            out.append(Bind(self.workdir, self.workdir))
+        return out
+
+    def host_env(self, env: Mapping[str, str] = {}) -> Dict[str, str]:
+        """The variables set on the host before the launch, $VARIABLES expanded from ``env``."""
+        return {k: _expand(v, env) for k, v in (*self.spec.env.items(), *self.extra_env)}
+
+    def pythonpath(self, host_value: str = "") -> str:
+        """PYTHONPATH inside: entries of the host's that lie in wml's packages (the Horovod
+        and LMS shims) moved to where the packages are bound, then ``wml_dir``."""
+        if self.wml is None:
+            return host_value
+        out = []
+        for entry in filter(None, host_value.split(os.pathsep)):
+            rel = os.path.relpath(entry, self.wml)
+            if rel.split(os.sep)[0] in ("wmlce_tools", "ddl_runtime"):
+                out.append(f"{self.spec.wml_dir}/{rel}")
+        return os.pathsep.join([*out, self.spec.wml_dir])
+
+    # -- the rank's command ----------------------------------------------------------------
+    def inner(self, argv: Sequence[str], host_pythonpath: str = "") -> List[str]:
+        """``argv`` as it runs inside: ``env PYTHONPATH=... argv`` when wml is bound in."""
+        if self.wml is None:
+            return list(argv)
+        return ["env", f"PYTHONPATH={self.pythonpath(host_pythonpath)}", *argv]
+
+    def wrap(self, argv: Sequence[str], env: Mapping[str, str] = {}, host_pythonpath: str = "") -> List[str]:
+        """One rank's command in the container (what follows the launcher's own flags)."""
+        rt, spec, image = self.runtime, self.spec, self.image
+        inner = self.inner(argv, host_pythonpath)
+        binds = self.binds(env)
+        if rt in ("apptainer", "singularity"):
+            return [rt, "exec", *spec.flags, *_flagged("-B", [b.spelled(short=True) for b in binds]), image, *inner]
+        if rt == "shifter":
+            mods = [f"--module={','.join(spec.runtime_modules)}"] if spec.runtime_modules else []
+            return ["shifter", f"--image={image}", *mods, *spec.flags,
+                    *_flagged("-V", [b.spelled() for b in binds]), *inner]
+        if rt in ("podman-hpc", "podman"):
+            envs = ["--env-host"] if rt == "podman" else _flagged("-e", sorted({*self.pass_env, *PASSED}))
+            return [rt, "run", "--rm", *spec.flags, *envs, *_flagged("-v", [b.spelled() for b in binds]),
+                    "-w", self.workdir, image, *inner]
+        if rt == "charliecloud":
+            return ["ch-run", *spec.flags, *_flagged("-b", [b.spelled("") for b in binds]),
+                    "-c", self.workdir, image, "--", *inner]
+        return inner          # pyxis, container-engine: srun's own flags do it (launcher_args)
+
+    def launcher_args(self, env: Mapping[str, str] = {}) -> List[str]:
+        """Flags for the launcher itself (srun's pyxis and Container Engine options)."""
+        if self.runtime == "pyxis":
+            mounts = ",".join(b.spelled() for b in self.binds(env))
+            return [f"--container-image={self.image}", *([f"--container-mounts={mounts}"] if mounts else []),
+                    f"--container-workdir={self.workdir}", *self.spec.flags]
+        if self.runtime == "container-engine":
+            return [f"--environment={self.edf_path or EDF_PLACEHOLDER}", *self.spec.flags]
+        return []
+
+    # -- the job script ------------------------------------------------------------------
+    def directives(self, scheduler: str) -> List[str]:
+        """Header lines the runtime needs (Shifter: the image and its modules, for the job)."""
+        if self.runtime != "shifter" or scheduler != "slurm":
+            return []
+        out = [f"#SBATCH --image={self.image}"]
+        if self.spec.runtime_modules:
+            out.append(f"#SBATCH --module={','.join(self.spec.runtime_modules)}")
+        return out
+
+    def script_lines(self) -> List[str]:
+        """``module use``/``module load`` and the host variables, before ddlrun runs (a value's
+        $VARIABLES expand in the job: they name the node's libraries)."""
+        lines = [f"module use {p}" for p in self.spec.module_use]
+        lines += [f"module load {m}" for m in self.spec.modules]
+        lines += [f"export {k}={_dquote(v)}" for k, v in (*self.spec.env.items(), *self.extra_env)]
+        return lines
+
+    # -- CSCS Container Engine ---------------------------------------------------------------
+    def edf_text(self, env: Mapping[str, str] = {}) -> Optional[str]:
+        """The EDF wml writes for the Container Engine (None for the other runtimes): a user's
+        EDF (a name or .toml) is its base_environment, anything else is the image."""
+        if self.runtime != "container-engine":
+            return None
+        img = self.image
+        if img.endswith(".toml") or _EDF_NAME.match(img):
+            head = f"base_environment = {_toml(img)}"
+        else:
+            head = f"image = {_toml(img)}"
+        lines = [head, f"workdir = {_toml(self.workdir)}",
+                 "mounts = [" + ", ".join(_toml(b.spelled()) for b in self.binds(env)) + "]"]
+        if self.spec.annotations:
+            lines += ["", "[annotations]"] + [f"{_toml(k)} = {_toml(v)}" for k, v in self.spec.annotations.items()]
+        return "\n".join(lines) + "\n"
+
+
+def _flagged(flag: str, values: Sequence[str]) -> List[str]:
+    out: List[str] = []
+    for v in values:
+        out += [flag, v]
+    return out
+
+
+def _dquote(value: str) -> str:
+    """A double-quoted shell word: $VARIABLES expand, nothing else does (site text only)."""
+    return '"' + re.sub(r'(["\\`])', r"\\\1", value) + '"'
+
+
+def _toml(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def choose(site: SiteProfile, image: Optional[str], runtime: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(runtime, image) a job uses: ``--container IMAGE`` or the site's default image, in
+    ``--container-runtime`` or the site's default runtime; None for no container.  One
+    WmlError for a site without containers, an unknown runtime or a malformed image."""
+    if image is not None and image.strip().lower() in NONE_WORDS:
+        if runtime is not None:
+            raise WmlError(f"--container-runtime {runtime} with --container {image}: give an image, or neither")
+        return None
+    cont = site.container
+    if image is None:
+        if cont is None or cont.image is None:
+            if runtime is not None:
+                raise WmlError(f"--container-runtime {runtime} goes with --container IMAGE")
+            return None
+        image = cont.image
+    if cont is None:
+        raise WmlError(f"--container: site {site.name} has no container runtime (its profile has no "
+                       f"container: section); run without --container, or add one (wml site schema)")
+    name = runtime or cont.runtime
+    if name not in cont.runtimes:
+        raise WmlError(f"--container-runtime {name!r}: site {site.name} offers {', '.join(cont.runtimes)}")
+    return name, check_image(name, image, site.name)
+
+
+def container_launch(site: SiteProfile, image: Optional[str], runtime: Optional[str], workdir: str,
+                     pass_env: Sequence[str] = (), extra_binds: Sequence[str] = (),
+                     extra_env: Mapping[str, str] = {}) -> Optional[ContainerLaunch]:
+    """The ContainerLaunch of a job on ``site`` (None without a container)."""
+    chosen = choose(site, image, runtime)
+    if chosen is None:
+        return None
+    name, img = chosen
+    spec = site.container.runtimes[name]
+    return ContainerLaunch(runtime=name, image=img, spec=spec, workdir=os.path.abspath(workdir),
+                           wml=wml_root() if spec.bind_wml else None, extra_binds=tuple(extra_binds),
+                           extra_env=tuple(extra_env.items()), pass_env=tuple(pass_env))
+
+
+def with_fabric(launch: Optional[ContainerLaunch], site: SiteProfile, nodes: int) -> Optional[ContainerLaunch]:
+    """``launch`` with the site's fabric for a container job of ``nodes`` nodes bound in (issue 50:
+    the network plugin's libraries and its variables, wmlce_tools/fabric/container.py)."""
+    if launch is None:
+        return None
+    from ..fabric.container import container_fabric
+
+    fab = container_fabric(site, nodes)
+    if not fab.binds and not fab.env:
+        return launch
+    import dataclasses
+
+    return dataclasses.replace(launch, extra_binds=(*launch.extra_binds, *fab.binds),
+                               extra_env=(*launch.extra_env, *fab.env))
