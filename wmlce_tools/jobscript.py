@@ -406,7 +406,7 @@ def render_script(plan: JobPlan) -> str:
         slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
         modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
         constraint=plan.constraint,
-        exports=[(k, sh_quote(v)) for k, v in plan.exports],
+        exports=[(k, sh_quote(v)) for k, v in plan.exports], job_dir=sh_quote(str(plan.jobdir)),
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
         launcher_line=sh_join(plan.launcher_argv),

@@ -188,6 +188,17 @@ def _exports(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str,
     return tuple(out.items())
 
 
+def _stats_export(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """DDL_STATS_DIR for every rank, whatever the launcher passes on: where the runtime writes
+    each rank's record (the job script's $WML_JOB_DIR/stats; a sweep's trial sets its own)."""
+    from ddl_runtime.core.jobenv import stats_dir
+
+    where = stats_dir(env)
+    if where is None or any(item.partition("=")[0] == "DDL_STATS_DIR" for item in items):
+        return ()
+    return (("DDL_STATS_DIR", where),)
+
+
 def _check_mode(text: Optional[str], layout: Layout) -> str:
     if text is None:
         return layout.mode
@@ -331,7 +342,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         raise WmlError(f"-n {opts.np}: the layout has {layout.size} ranks")
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
-    exports = _exports(opts.exports, env)
+    exports = _exports(opts.exports, env) + _stats_export(opts.exports, env)
     _check_program(opts.program)
     exe, flavor = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,7 +62,9 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
              "job_id": job_id, "attempt": int(prev.get("attempt", 0)) + 1, "placement": placement,
              "metrics": None}
     record.write_state(run_dir, index, state)
-    env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), **(extra_env or {}))
+    shutil.rmtree(d / "stats", ignore_errors=True)     # an earlier attempt's records
+    env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), DDL_STATS_DIR=str(d / "stats"),
+               **(extra_env or {}))       # DDL_STATS_DIR: each rank's record (`wml report`)
     tail: deque = deque(maxlen=TAIL_LINES)
     with open(d / record.OUTPUT_FILE, "wb") as log:
         try:

@@ -14,6 +14,8 @@ set -euo pipefail
 
 # 8 ranks on 2 node(s), 4 per node, 1 GPU(s), 8 core(s) x 1 hw thread(s) per rank
 export OMP_NUM_THREADS=8
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

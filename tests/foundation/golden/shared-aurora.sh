@@ -18,6 +18,8 @@ set +u
 module load frameworks
 set -u
 export OMP_NUM_THREADS=4
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

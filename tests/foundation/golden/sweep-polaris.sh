@@ -15,6 +15,8 @@ set -euo pipefail
 
 # 4 ranks on 1 node(s), 4 per node, 1 GPU(s), 8 core(s) x 1 hw thread(s) per rank
 export OMP_NUM_THREADS=8
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/sweep1/submit-1
 
 echo "wml: job ${PBS_JOBID:-?} (lr_sweep) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

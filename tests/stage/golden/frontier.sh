@@ -42,6 +42,8 @@ export MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache
 export MIOPEN_CUSTOM_CACHE_DIR=/tmp/my-miopen-cache
 export NCCL_SOCKET_IFNAME=hsn0
 export OMP_NUM_THREADS=7
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${SLURM_JOB_ID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
