@@ -226,6 +226,8 @@ def check_has_records(rep: Report) -> None:
     """A run with no record at all: one line saying what it has and what it lacks."""
     if any(p.records is not None for p in rep.parts):
         return
+    if rep.kind == "sweep" and rep.metric is not None:
+        return                           # its trials' metrics are worth a report of their own
     if rep.kind == "job":
         p = rep.parts[0]
         raise WmlError(f"{p.label}: {lacking(p.directory, p.state)}")
