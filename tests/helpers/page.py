@@ -11,9 +11,10 @@ from typing import Dict
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=8000"]
-# a bar or marker (<g class="point"><path d="M...">), a drawn line (<path class="js-line" d="M...">), a
-# heatmap's picture (<g class="hm"><image ... xlink:href="data:image/png;base64,...">)
-_MARKS = re.compile(r'<g class="point"><path d="(M[^"]*\d[^"]*)"|<path class="js-line" d="(M[^"]*L[^"]*)"'
+# a bar (<g class="point"><path d="M...">), a marker (<path class="point" ... d="M...">), a drawn line
+# (<path class="js-line" d="M...L...">), a heatmap's picture (<g class="hm"><image ... xlink:href="data:...">)
+_MARKS = re.compile(r'<g class="point"><path d="(M[^"]*\d[^"]*)"|<path class="point"[^>]* d="(M[^"]*\d[^"]*)"'
+                    r'|<path class="js-line" d="(M[^"]*L[^"]*)"'
                     r'|<g class="hm"><image [^>]*xlink:href="(data:image/png;base64,[^"]{200,})"')
 
 

@@ -79,9 +79,9 @@ def _aligned(ranks: List[RankRecord]):
     hi = min(r.ring_first_step + len(r.compute) for r in kept)
     if hi <= lo:
         return None
-    # the first step (init to first step) is not a training step: left out where others are
-    if hi - lo > 1 and lo == 0:
-        lo = 1
+    lo = max(lo, 1)     # the first step (from the runtime's start: imports, model, warm-up) is not timed
+    if hi <= lo:
+        return None
     compute = np.stack([r.compute[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
     comm = np.stack([r.comm[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
     return compute, comm

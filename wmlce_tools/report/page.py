@@ -36,7 +36,7 @@ def _plotly():
 
 
 def _figure_html(pio, fig, section: str) -> str:
-    fig.update_layout(margin=dict(l=60, r=20, t=50, b=50), template="plotly_white")
+    fig.update_layout(margin=dict(l=60, r=20, t=fig.layout.margin.t or 50, b=50), template="plotly_white")
     div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{section}",
                       config={"displaylogo": False, "responsive": True})
     return f'<div class="wml-plot" data-section="{html.escape(section)}">{div}</div>'
@@ -51,6 +51,9 @@ def _layout_figure(go, a: Analysis):
     text = [[""] * width for _ in nodes]
     row_of = {n: i for i, n in enumerate(nodes)}
     compute = {row.rank: row.compute_ms for row in a.rows}
+    timed = any(v is not None for v in compute.values())
+    if not timed:          # too few steps to time: the cells coloured by rank
+        compute = {r.rank: float(r.rank) for r in recs.ranks}
     straggling = {s.rank for s in a.stragglers}
     for r in recs.ranks:
         i = row_of[r.node_index]
@@ -60,9 +63,11 @@ def _layout_figure(go, a: Analysis):
                                  f"cores {r.cores or '?'}")
     fig = go.Figure(go.Heatmap(
         z=z, x=[f"local {i}" for i in range(width)], y=[node_name[n] for n in nodes], text=text,
-        texttemplate="%{text}" if len(recs.ranks) <= 64 else None, hovertemplate="%{y}<br>%{text}<br>compute %{z:.1f} ms<extra></extra>",
-        colorscale="Blues", colorbar=dict(title="compute ms"), xgap=2, ygap=2))
-    fig.update_layout(title=f"layout: {len(nodes)} node(s) x {width} rank(s), coloured by compute per step",
+        texttemplate="%{text}" if len(recs.ranks) <= 64 else None,
+        hovertemplate="%{y}<br>%{text}<br>" + ("compute %{z:.1f} ms" if timed else "") + "<extra></extra>",
+        colorscale="Blues", colorbar=dict(title="compute ms" if timed else "rank"), xgap=2, ygap=2))
+    fig.update_layout(title=f"layout: {len(nodes)} node(s) x {width} rank(s), coloured by "
+                            + ("compute per step" if timed else "rank (too few steps to time)"),
                       height=max(260, 60 + 40 * len(nodes)) if len(nodes) <= 40 else 900)
     fig.update_yaxes(autorange="reversed")
     return fig
@@ -164,7 +169,7 @@ def _sweep_figure(go, rep: Report):
             fig.update_xaxes(type="log", row=1, col=i)
     fig.update_yaxes(title_text=rep.metric, row=1, col=1)
     fig.update_layout(title=f"{rep.metric} against each parameter ({'largest' if rep.maximize else 'smallest'} is best; "
-                            f"the best trial in red)", height=420)
+                            f"the best trial in red)", height=440, margin=dict(t=90))
     return fig
 
 
@@ -210,8 +215,13 @@ def render_page(rep: Report) -> str:
         a = main.analysis
         where = "" if rep.kind == "job" else f" of {html.escape(main.label)}"
         sections.append(f"<h2>Layout{where}</h2>" + _figure_html(pio, _layout_figure(go, a), "layout"))
-        sections.append(f"<h2>Ranks{where}</h2>" + _figure_html(pio, _ranks_figure(go, a), "ranks"))
-        if a.stragglers:
+        if a.step_ms is None:
+            sections.append(f"<h2>Ranks{where}</h2><p>{html.escape(main.line)}: no step time per rank to show.</p>")
+        else:
+            sections.append(f"<h2>Ranks{where}</h2>" + _figure_html(pio, _ranks_figure(go, a), "ranks"))
+        if a.step_ms is None:
+            strag = ""
+        elif a.stragglers:
             rows = [[str(s.rank), s.node, f"{s.compute_ms:.1f}", f"{s.excess_pct:+.0f} %", f"{s.others_wait_ms:.1f}",
                      f"{s.others_wait_s:.1f}"] for s in a.stragglers]
             strag = _table(["rank", "node", "compute ms/step", "vs median", "others wait ms/step",
@@ -220,7 +230,8 @@ def render_page(rep: Report) -> str:
             strag = (f"<p>None: no rank's compute is more than 10 % above the median rank's "
                      f"({_ms(a.median_compute_ms)} ms).</p>")
         steps = _steps_figure(go, a)
-        sections.append("<h2>Stragglers</h2>" + strag + (_figure_html(pio, steps, "steps") if steps else ""))
+        if strag or steps:
+            sections.append("<h2>Stragglers</h2>" + strag + (_figure_html(pio, steps, "steps") if steps else ""))
     elif rep.kind == "job":
         sections.append(f"<p>{html.escape(rep.parts[0].line)}</p>")
     line = f"{main.label}: {main.line}" if main is not None else ""

@@ -21,6 +21,14 @@ def _ms(v: Optional[float]) -> str:
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
 
 
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"   # pragma: no cover
+
+
 def _rank_rows(a: Analysis) -> List[RankRow]:
     rows = a.rows
     if len(rows) <= RANK_ROWS:
@@ -72,7 +80,7 @@ def _extras(console: Console, part: Part) -> None:
                       f"{(l0.get('wait_s') or 0) * 1e3:.1f} ms waiting on late copies; plan: {l0.get('plan')}")
     total = sum(r.bytes_reduced for r in recs.ranks)
     if total:
-        console.print(f"reduced: {recs.ranks[0].bytes_reduced / 2**20:.1f} MB per rank ({total / 2**30:.2f} GiB in all)")
+        console.print(f"reduced: {_bytes(recs.ranks[0].bytes_reduced)} per rank ({_bytes(total)} in all)")
 
 
 def _part_detail(console: Console, part: Part) -> None:
