@@ -70,8 +70,8 @@ def node_names(records: JobRecords) -> dict:
     return {r.rank: (r.host if own_hosts else f"node {r.node_index} ({r.host})") for r in records.ranks}
 
 
-def _aligned(ranks: List[RankRecord]):
-    """(compute, comm): ranks x steps over the steps every rank kept (None: none in common)."""
+def aligned_steps(ranks: List[RankRecord]):
+    """(first step, compute, comm): ranks x steps over the steps every rank kept (None: none in common)."""
     kept = [r for r in ranks if len(r.compute)]
     if len(kept) != len(ranks) or not kept:
         return None
@@ -84,18 +84,18 @@ def _aligned(ranks: List[RankRecord]):
         return None
     compute = np.stack([r.compute[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
     comm = np.stack([r.comm[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
-    return compute, comm
+    return lo, compute, comm
 
 
 def analyse(records: JobRecords) -> Analysis:
     ranks = records.ranks
     names = node_names(records)
-    aligned = _aligned(ranks)
+    aligned = aligned_steps(ranks)
     waits = others = None
     compute_mean = None
     n_aligned = 0
     if aligned is not None:
-        compute, comm = aligned
+        _, compute, comm = aligned
         n_aligned = compute.shape[1]
         slowest_per_step = compute.max(axis=0)
         waits = np.minimum(np.maximum(slowest_per_step - compute, 0.0), comm).mean(axis=1)
@@ -128,7 +128,7 @@ def analyse(records: JobRecords) -> Analysis:
             if 100.0 * excess / median <= STRAGGLER_PCT or excess <= STRAGGLER_MADS * mad:
                 continue
             if aligned is not None:
-                compute = aligned[0]
+                compute = aligned[1]
                 mine = compute[i]
                 behind = np.maximum(mine[None, :] - np.delete(compute, i, axis=0), 0.0)
                 per_step = float(behind.mean()) * 1e3

@@ -26,23 +26,38 @@ COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler
 
 def _plotly():
     try:
-        import plotly.graph_objects as go
         import plotly.io as pio
         from plotly.offline import get_plotlyjs
     except ImportError:
         raise WmlError("the HTML report needs plotly: pip install 'wml[report]' (or plotly); "
                        "--no-html prints only the terminal summary") from None
-    return go, pio, get_plotlyjs
+    return pio, get_plotlyjs
 
 
-def _figure_html(pio, fig, section: str) -> str:
-    fig.update_layout(margin=dict(l=60, r=20, t=fig.layout.margin.t or 50, b=50), template="plotly_white")
-    div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{section}",
+# Figures are plain dicts of plotly.js's schema, handed over unvalidated: plotly's Python figure
+# objects validate every property on first use of each trace type (0.25 s each, most of a
+# 1,000-rank report's time).
+_AXIS = {"gridcolor": "#e5e5e5", "zerolinecolor": "#cccccc", "automargin": True}
+
+
+def _figure(data: list, layout: dict) -> dict:
+    base = {"margin": {"l": 60, "r": 20, "t": 50, "b": 50}, "plot_bgcolor": "white", "paper_bgcolor": "white",
+            "xaxis": dict(_AXIS), "yaxis": dict(_AXIS), "font": {"family": "sans-serif"}}
+    for key, value in layout.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return {"data": data, "layout": base}
+
+
+def _figure_html(pio, fig: dict, section: str) -> str:
+    div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"plot-{section}", validate=False,
                       config={"displaylogo": False, "responsive": True})
     return f'<div class="wml-plot" data-section="{html.escape(section)}">{div}</div>'
 
 
-def _layout_figure(go, a: Analysis):
+def _layout_figure(a: Analysis) -> dict:
     recs = a.records
     nodes = sorted({r.node_index for r in recs.ranks})
     width = max(r.local_rank for r in recs.ranks) + 1
@@ -61,66 +76,62 @@ def _layout_figure(go, a: Analysis):
         gpu = "no GPU" if r.gpu is None else f"GPU {r.gpu}"
         text[i][r.local_rank] = (f"rank {r.rank}{' (straggler)' if r.rank in straggling else ''}<br>{gpu}<br>"
                                  f"cores {r.cores or '?'}")
-    fig = go.Figure(go.Heatmap(
-        z=z, x=[f"local {i}" for i in range(width)], y=[node_name[n] for n in nodes], text=text,
-        texttemplate="%{text}" if len(recs.ranks) <= 64 else None,
-        hovertemplate="%{y}<br>%{text}<br>" + ("compute %{z:.1f} ms" if timed else "") + "<extra></extra>",
-        colorscale="Blues", colorbar=dict(title="compute ms" if timed else "rank"), xgap=2, ygap=2))
-    fig.update_layout(title=f"layout: {len(nodes)} node(s) x {width} rank(s), coloured by "
-                            + ("compute per step" if timed else "rank (too few steps to time)"),
-                      height=max(260, 60 + 40 * len(nodes)) if len(nodes) <= 40 else 900)
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    trace = {"type": "heatmap", "z": z, "x": [f"local {i}" for i in range(width)], "y": [node_name[n] for n in nodes],
+             "text": text, "colorscale": "Blues", "xgap": 2, "ygap": 2,
+             "colorbar": {"title": {"text": "compute ms" if timed else "rank"}},
+             "hovertemplate": "%{y}<br>%{text}<br>" + ("compute %{z:.1f} ms" if timed else "") + "<extra></extra>"}
+    if len(recs.ranks) <= 64:
+        trace["texttemplate"] = "%{text}"
+    return _figure([trace], {
+        "title": {"text": f"layout: {len(nodes)} node(s) x {width} rank(s), coloured by "
+                          + ("compute per step" if timed else "rank (too few steps to time)")},
+        "height": max(260, 60 + 40 * len(nodes)) if len(nodes) <= 40 else 900,
+        "yaxis": {"autorange": "reversed", "type": "category"}, "xaxis": {"type": "category"}})
 
 
-def _ranks_figure(go, a: Analysis):
+def _ranks_figure(a: Analysis) -> dict:
     rows = [r for r in a.rows if r.step_ms is not None]
     x = [r.rank for r in rows]
     wait = [r.wait_ms or 0.0 for r in rows]
     comm = [max((r.comm_ms or 0.0) - (r.wait_ms or 0.0), 0.0) for r in rows]
     compute = [r.compute_ms or 0.0 for r in rows]
     hover = [f"rank {r.rank} on {html.escape(r.node)}" for r in rows]
-    fig = go.Figure([
-        go.Bar(name="compute", x=x, y=compute, marker_color=COLORS["compute"], hovertext=hover),
-        go.Bar(name="communication (transfer)", x=x, y=comm, marker_color=COLORS["comm"], hovertext=hover),
-        go.Bar(name="waiting for the last rank", x=x, y=wait, marker_color=COLORS["wait"], hovertext=hover),
-    ])
-    for s in a.stragglers:
-        fig.add_annotation(x=s.rank, y=next(r.step_ms for r in rows if r.rank == s.rank),
-                           text=f"straggler: rank {s.rank}<br>{html.escape(s.node)} {s.excess_pct:+.0f} %",
-                           showarrow=True, arrowhead=2, font=dict(color=COLORS["straggler"]))
-    fig.update_layout(barmode="stack", title="per rank: a step's time (mean, ms)", xaxis_title="rank",
-                      yaxis_title="ms per step", height=420, legend=dict(orientation="h", y=-0.2))
-    return fig
+    data = [{"type": "bar", "name": name, "x": x, "y": y, "marker": {"color": COLORS[key]}, "hovertext": hover}
+            for name, y, key in (("compute", compute, "compute"), ("communication (transfer)", comm, "comm"),
+                                 ("waiting for the last rank", wait, "wait"))]
+    notes = [{"x": s.rank, "y": next(r.step_ms for r in rows if r.rank == s.rank), "showarrow": True, "arrowhead": 2,
+              "text": f"straggler: rank {s.rank}<br>{html.escape(s.node)} {s.excess_pct:+.0f} %",
+              "font": {"color": COLORS["straggler"]}} for s in a.stragglers[:10]]
+    return _figure(data, {"barmode": "stack", "title": {"text": "per rank: a step's time (mean, ms)"},
+                          "xaxis": {"title": {"text": "rank"}}, "yaxis": {"title": {"text": "ms per step"}},
+                          "height": 420, "legend": {"orientation": "h", "y": -0.2}, "annotations": notes})
 
 
-def _steps_figure(go, a: Analysis):
-    """Compute per step, over the steps every rank kept: the median rank, the band of all ranks,
-    and each straggler."""
-    from .analysis import _aligned
+def _steps_figure(a: Analysis) -> Optional[dict]:
+    """Compute per step, over the steps every rank kept: the slowest, median and fastest rank, and
+    each straggler."""
+    from .analysis import aligned_steps
 
-    aligned = _aligned(a.records.ranks)
+    aligned = aligned_steps(a.records.ranks)
     if aligned is None:
         return None
-    compute = aligned[0] * 1e3
-    first = max(r.ring_first_step for r in a.records.ranks)
-    first = max(first, 1) if compute.shape[1] > 1 or first else first
+    first, compute = aligned[0], aligned[1] * 1e3
     steps = list(range(first, first + compute.shape[1]))
-    fig = go.Figure([
-        go.Scatter(x=steps, y=compute.max(axis=0).tolist(), name="slowest rank", line=dict(color="#bbbbbb")),
-        go.Scatter(x=steps, y=np.median(compute, axis=0).tolist(), name="median rank", line=dict(color=COLORS["compute"])),
-        go.Scatter(x=steps, y=compute.min(axis=0).tolist(), name="fastest rank", line=dict(color="#dddddd")),
-    ])
+
+    def line(name, y, color):
+        return {"type": "scatter", "mode": "lines", "x": steps, "y": y.tolist(), "name": name, "line": {"color": color}}
+
+    data = [line("slowest rank", compute.max(axis=0), "#bbbbbb"),
+            line("median rank", np.median(compute, axis=0), COLORS["compute"]),
+            line("fastest rank", compute.min(axis=0), "#dddddd")]
     index = {r.rank: i for i, r in enumerate(a.records.ranks)}
     for s in a.stragglers[:5]:
-        fig.add_trace(go.Scatter(x=steps, y=compute[index[s.rank]].tolist(), name=f"rank {s.rank} ({s.node})",
-                                 line=dict(color=COLORS["straggler"])))
-    fig.update_layout(title="compute per step (ms), the last steps kept by every rank", xaxis_title="step",
-                      yaxis_title="ms", height=380)
-    return fig
+        data.append(line(f"rank {s.rank} ({s.node})", compute[index[s.rank]], COLORS["straggler"]))
+    return _figure(data, {"title": {"text": "compute per step (ms), the last steps kept by every rank"},
+                          "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": "ms"}}, "height": 380})
 
 
-def _segments_figure(go, rep: Report):
+def _segments_figure(rep: Report) -> Optional[dict]:
     rows = []
     for p in rep.parts:
         if p.submitted and p.started:
@@ -130,47 +141,51 @@ def _segments_figure(go, rep: Report):
     if not rows:
         return None
     t0 = min(r[2] for r in rows)
-    fig = go.Figure()
+    data = []
     for what, color in (("queued", "#c7c7c7"), ("ran", COLORS["compute"])):
         sel = [r for r in rows if r[1] == what]
-        if not sel:
-            continue
-        fig.add_trace(go.Bar(
-            name=what, orientation="h", y=[r[0] for r in sel], x=[(r[3] - r[2]) / 60 for r in sel],
-            base=[(r[2] - t0) / 60 for r in sel], marker_color=color,
-            hovertext=[f"{r[0]} {what} {stamp(r[2])} to {stamp(r[3])} UTC ({r[4]})" for r in sel]))
-    for p in rep.parts:
-        if p.ended and p.step is not None:
-            fig.add_annotation(x=(p.ended - t0) / 60, y=p.label, text=f"step {p.step}", showarrow=False, xanchor="left")
-    fig.update_layout(title=f"segments over time (minutes from {stamp(t0)} UTC)", barmode="overlay",
-                      xaxis_title="minutes", height=max(240, 80 + 50 * len(rep.parts)))
-    fig.update_yaxes(autorange="reversed")
-    return fig
+        if sel:
+            data.append({"type": "bar", "name": what, "orientation": "h", "y": [r[0] for r in sel],
+                         "x": [(r[3] - r[2]) / 60 for r in sel], "base": [(r[2] - t0) / 60 for r in sel],
+                         "marker": {"color": color},
+                         "hovertext": [f"{r[0]} {what} {stamp(r[2])} to {stamp(r[3])} UTC ({r[4]})" for r in sel]})
+    notes = [{"x": (p.ended - t0) / 60, "y": p.label, "text": f"step {p.step}", "showarrow": False, "xanchor": "left"}
+             for p in rep.parts if p.ended and p.step is not None]
+    return _figure(data, {"title": {"text": f"segments over time (minutes from {stamp(t0)} UTC)"},
+                          "barmode": "overlay", "xaxis": {"title": {"text": "minutes"}},
+                          "yaxis": {"autorange": "reversed", "type": "category"}, "annotations": notes,
+                          "height": max(240, 80 + 50 * len(rep.parts))})
 
 
-def _sweep_figure(go, rep: Report):
-    from plotly.subplots import make_subplots
-
+def _sweep_figure(rep: Report) -> Optional[dict]:
     names = sorted({k for p in rep.parts for k in p.params})
     scored = [p for p in rep.parts if p.metrics and isinstance(p.metrics.get(rep.metric), (int, float))]
     if not names or not scored or rep.metric is None:
         return None
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True)
     best = {id(p) for p in best_trials(rep, 1)}
+    data, layout, gap = [], {}, 0.06
+    width = (1.0 - gap * (len(names) - 1)) / len(names)
+    notes = []
     for i, name in enumerate(names, start=1):
         xs = [_value(p.params.get(name)) for p in scored]
-        fig.add_trace(go.Scatter(
-            x=xs, y=[p.metrics[rep.metric] for p in scored], mode="markers", name=name, showlegend=False,
-            marker=dict(size=[14 if id(p) in best else 9 for p in scored],
-                        color=[COLORS["straggler"] if id(p) in best else COLORS["compute"] for p in scored]),
-            hovertext=[f"{p.label}: " + ", ".join(f"{k}={v}" for k, v in p.params.items()) for p in scored]),
-            row=1, col=i)
-        if all(isinstance(x, (int, float)) for x in xs) and len(set(xs)) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 100:
-            fig.update_xaxes(type="log", row=1, col=i)
-    fig.update_yaxes(title_text=rep.metric, row=1, col=1)
-    fig.update_layout(title=f"{rep.metric} against each parameter ({'largest' if rep.maximize else 'smallest'} is best; "
-                            f"the best trial in red)", height=440, margin=dict(t=90))
-    return fig
+        suffix = "" if i == 1 else str(i)
+        data.append({"type": "scatter", "mode": "markers", "name": name, "showlegend": False,
+                     "x": xs, "y": [p.metrics[rep.metric] for p in scored], "xaxis": f"x{suffix}", "yaxis": "y",
+                     "marker": {"size": [14 if id(p) in best else 9 for p in scored],
+                                "color": [COLORS["straggler"] if id(p) in best else COLORS["compute"] for p in scored]},
+                     "hovertext": [f"{p.label}: " + ", ".join(f"{k}={v}" for k, v in p.params.items()) for p in scored]})
+        lo = (i - 1) * (width + gap)
+        axis = dict(_AXIS, domain=[lo, lo + width], anchor="y", title={"text": name})
+        numeric = all(isinstance(x, (int, float)) for x in xs)
+        if numeric and len(set(xs)) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 100:
+            axis["type"] = "log"
+        elif not numeric:
+            axis["type"] = "category"
+        layout[f"xaxis{suffix}"] = axis
+    layout.update({"title": {"text": f"{rep.metric} against each parameter ({'largest' if rep.maximize else 'smallest'} "
+                                     f"is best; the best trial in red)"},
+                   "yaxis": {"title": {"text": rep.metric}}, "height": 440, "annotations": notes})
+    return _figure(data, layout)
 
 
 def _value(text):
@@ -191,18 +206,18 @@ def _ms(v: Optional[float]) -> str:
 
 
 def render_page(rep: Report) -> str:
-    go, pio, get_plotlyjs = _plotly()
+    pio, get_plotlyjs = _plotly()
     sections: List[str] = []
     main: Optional[Part] = rep.main
     if rep.kind == "chain":
         rows = [[p.label, p.state, stamp(p.submitted), stamp(p.started), stamp(p.ended),
                  "-" if p.step is None else str(p.step), p.line] for p in rep.parts]
-        fig = _segments_figure(go, rep)
+        fig = _segments_figure(rep)
         sections.append("<h2>Segments</h2>" + (_figure_html(pio, fig, "segments") if fig else
                                                 "<p>No segment has started yet.</p>")
                         + _table(["segment", "state", "submitted (UTC)", "ran from", "to", "step", "summary"], rows))
     if rep.kind == "sweep":
-        fig = _sweep_figure(go, rep)
+        fig = _sweep_figure(rep)
         best = best_trials(rep)
         names = sorted({k for p in rep.parts for k in p.params})
         rows = [[p.label, *[str(p.params.get(n, "")) for n in names], f"{p.metrics[rep.metric]:.6g}", p.state,
@@ -214,11 +229,11 @@ def render_page(rep: Report) -> str:
     if main is not None and main.analysis is not None:
         a = main.analysis
         where = "" if rep.kind == "job" else f" of {html.escape(main.label)}"
-        sections.append(f"<h2>Layout{where}</h2>" + _figure_html(pio, _layout_figure(go, a), "layout"))
+        sections.append(f"<h2>Layout{where}</h2>" + _figure_html(pio, _layout_figure(a), "layout"))
         if a.step_ms is None:
             sections.append(f"<h2>Ranks{where}</h2><p>{html.escape(main.line)}: no step time per rank to show.</p>")
         else:
-            sections.append(f"<h2>Ranks{where}</h2>" + _figure_html(pio, _ranks_figure(go, a), "ranks"))
+            sections.append(f"<h2>Ranks{where}</h2>" + _figure_html(pio, _ranks_figure(a), "ranks"))
         if a.step_ms is None:
             strag = ""
         elif a.stragglers:
@@ -229,7 +244,7 @@ def render_page(rep: Report) -> str:
         else:
             strag = (f"<p>None: no rank's compute is more than 10 % above the median rank's "
                      f"({_ms(a.median_compute_ms)} ms).</p>")
-        steps = _steps_figure(go, a)
+        steps = _steps_figure(a)
         if strag or steps:
             sections.append("<h2>Stragglers</h2>" + strag + (_figure_html(pio, steps, "steps") if steps else ""))
     elif rep.kind == "job":
