@@ -74,14 +74,14 @@ def main() -> int:
     write_records(stats, a.ranks, a.ranks_per_node, a.steps, a.slow)
     print(f"records: {a.ranks} ranks x {a.steps} steps written in {time.perf_counter() - t0:.2f} s "
           f"({sum(f.stat().st_size for f in stats.iterdir()) / 2**20:.1f} MiB)")
-    from wmlce_tools.report import report
+    from wmlce_tools.report import report, summary, write_html
 
     inproc, command, cpu = [], [], []
     for i in range(a.repeat):
         t0 = time.perf_counter()
         rep = report(str(stats))
-        text = rep.summary()
-        rep.write_html(base / "report.html")
+        text = summary(rep)
+        write_html(rep, base / "report.html")
         inproc.append(time.perf_counter() - t0)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         t0 = time.perf_counter()

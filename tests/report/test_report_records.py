@@ -14,7 +14,7 @@ from ddl_runtime.core.jobenv import JobEnvironment
 from ddl_runtime.core.stats import RING, RunStats
 from ddl_runtime.errors import DDLInputError
 from wmlce_tools.errors import WmlError
-from wmlce_tools.report import report
+from wmlce_tools.report import report, summary
 from wmlce_tools.report.analysis import analyse, one_line
 from wmlce_tools.report.records import load
 
@@ -70,7 +70,7 @@ def test_a_thousand_ranks_name_the_slow_one_and_its_node(tmp_path):
     assert a.stragglers[0].others_wait_ms == pytest.approx(30, abs=5)     # 1.3 x 100 ms - 100 ms
     waits = {r.rank: r.wait_ms for r in a.rows}
     assert waits[617] < 5 and min(w for k, w in waits.items() if k != 617) > 20
-    assert "straggler: rank 617 on n0154" in rep.summary()
+    assert "straggler: rank 617 on n0154" in summary(rep)
 
 
 def test_an_unreadable_record_is_named_and_no_record_at_all_is_one_error(tmp_path):

@@ -1,9 +1,9 @@
 """``wml report``: what a run did, from the runtime's per-rank records (ddl_runtime/core/stats.py).
 
-    from wmlce_tools.report import report
+    from wmlce_tools.report import report, summary, write_html
     r = report("wml-job-20261126-091855")      # a job, a run id, a directory, or an API Job/Sweep
-    print(r.summary())
-    r.write_html("report.html")
+    print(summary(r))
+    write_html(r, "report.html")
 
 records.py reads a job's records, analysis.py says what they mean (step, wait, stragglers),
 run.py finds a job, chain or sweep and its parts, summary.py prints it (rich), page.py writes
@@ -19,3 +19,19 @@ def report(run, metric=None, maximize: bool = False):
     rep = find_report(run, metric=metric, maximize=maximize)
     check_has_records(rep)
     return rep
+
+
+def summary(rep) -> str:
+    """The terminal summary of a Report as plain text."""
+    from .summary import render_text
+
+    return render_text(rep)
+
+
+def write_html(rep, path):
+    """One self-contained page (plotly.js inlined: it opens without a network); returns its path."""
+    from pathlib import Path
+
+    from .page import write_page
+
+    return write_page(rep, Path(path))

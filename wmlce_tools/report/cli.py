@@ -29,7 +29,9 @@ def report_cmd(run: Annotated[str, typer.Argument(help="A job (the id wml submit
     if no_html:
         return
     path = html if html is not None else str((rep.run_dir or Path(".")) / "report.html")
-    written = rep.write_html(path)
+    from .page import write_page
+
+    written = write_page(rep, Path(path))
     sys.stdout.write(f"page: {written}\n")
 
 

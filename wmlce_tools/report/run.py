@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 from ..errors import WmlError
 from . import records as _records
@@ -65,18 +65,6 @@ class Report:
                 if p.analysis is not None:
                     return p
         return with_records[-1]
-
-    def summary(self) -> str:
-        """The terminal summary as plain text (``wml report`` prints it with rich)."""
-        from .summary import render_text
-
-        return render_text(self)
-
-    def write_html(self, path: Union[str, Path]) -> Path:
-        """One self-contained page (the plots' library inlined: it opens without a network)."""
-        from .page import write_page
-
-        return write_page(self, Path(path))
 
 
 def lacking(where: Path, state: str) -> str:
