@@ -158,11 +158,18 @@ def one_line(a: Analysis) -> str:
         if a.comm_pct is not None:
             wait = f" ({a.wait_pct:.0f} % waiting for the last rank)" if a.wait_pct is not None and len(rec.ranks) > 1 else ""
             parts.append(f"{a.comm_pct:.0f} % in communication{wait}")
+        strag = a.stragglers[0] if a.stragglers else None
         if a.slowest is not None and len(rec.ranks) > 1:
-            parts.append(f"slowest rank {a.slowest.rank} on {a.slowest.node}, {a.slowest_pct:+.0f} %")
-        if a.stragglers:
-            s = a.stragglers[0]
-            parts.append(f"straggler rank {s.rank} ({s.node}): the others wait {_fmt_ms(s.others_wait_ms)} a step")
+            slowest = f"slowest rank {a.slowest.rank} on {a.slowest.node}, {a.slowest_pct:+.0f} %"
+            if strag is not None and strag.rank == a.slowest.rank:
+                slowest += f" (a straggler: the others wait {_fmt_ms(strag.others_wait_ms)} a step for it)"
+                strag = None
+            parts.append(slowest)
+        if strag is not None:
+            parts.append(f"straggler rank {strag.rank} on {strag.node}: the others wait "
+                         f"{_fmt_ms(strag.others_wait_ms)} a step for it")
+        if len(a.stragglers) > 1:
+            parts.append(f"{len(a.stragglers)} stragglers")
     text = ", ".join(parts)
     return text + partial_note(rec)
 
