@@ -65,6 +65,7 @@ class RunStats:
         self.interval_s = interval_s
         self.clock = clock
         self.placement: dict = {}                 # node, local rank, GPU, cores (the runtime fills it)
+        self.extra: Optional[Callable[[], dict]] = None   # more fields at each write (the GPU memory peak)
         self.started = time.time()
         self.steps = 0
         self.first_step_s: Optional[float] = None  # the first step (warm-up) is kept apart
@@ -124,6 +125,11 @@ class RunStats:
             "ring_first_step": self.steps - min(self.steps, RING),
             "ring_compute_s": self._ring(self._compute), "ring_comm_s": self._ring(self._comm),
         }
+        if self.extra is not None:
+            try:
+                out.update(self.extra())
+            except Exception:  # noqa: BLE001 - a record without them beats none
+                pass
         if extra:
             out.update(extra)
         for name, provider in list(SECTIONS.items()):

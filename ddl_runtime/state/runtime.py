@@ -84,6 +84,7 @@ class Runtime:
         self.finalized = False
         self.stats = RunStats(self.rank, self.size, self.env.stats_dir, self.env.stats_interval_s)
         self.stats.placement = self._placement()
+        self.stats.extra = self._gpu_peak
         self._select_gpu()
         from ..transports.gpu import transport
         self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
@@ -153,15 +154,19 @@ class Runtime:
                 else None}
 
     def write_stats(self, status: str) -> None:
-        """This rank's record (core/stats.py), with the GPU memory peak when torch used a GPU."""
-        extra = {}
+        """This rank's record (core/stats.py) now."""
+        self.stats.write(status)
+
+    @staticmethod
+    def _gpu_peak() -> dict:
+        """The GPU memory peak for every record this rank writes, when torch used a GPU."""
         torch = sys.modules.get("torch")
         try:
             if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-                extra["gpu_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+                return {"gpu_peak_bytes": int(torch.cuda.max_memory_allocated())}
         except Exception:  # noqa: BLE001 - a record without the peak beats none
             pass
-        self.stats.write(status, extra)
+        return {}
 
     def _select_gpu(self) -> None:
         torch = sys.modules.get("torch")
