@@ -77,7 +77,8 @@ def _layout_figure(a: Analysis) -> dict:
         text[i][r.local_rank] = (f"rank {r.rank}{' (straggler)' if r.rank in straggling else ''}<br>{gpu}<br>"
                                  f"cores {r.cores or '?'}")
     trace = {"type": "heatmap", "z": z, "x": [f"local {i}" for i in range(width)], "y": [node_name[n] for n in nodes],
-             "text": text, "colorscale": "Blues", "xgap": 2, "ygap": 2,
+             "text": text, "colorscale": [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]],   # slow = dark
+             "xgap": 2 if len(nodes) <= 40 else 0, "ygap": 2 if len(nodes) <= 40 else 0,
              "colorbar": {"title": {"text": "compute ms" if timed else "rank"}},
              "hovertemplate": "%{y}<br>%{text}<br>" + ("compute %{z:.1f} ms" if timed else "") + "<extra></extra>"}
     if len(recs.ranks) <= 64:
