@@ -32,6 +32,7 @@ import io
 import os
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -43,6 +44,7 @@ from ddl_runtime.checkpoint import stop as _stop
 from ddl_runtime.checkpoint.torch import Checkpointer
 from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent
 from ddl_runtime.errors import DDLError
+from ddl_runtime.state import runtime as _runtime
 from ddl_runtime.transports.gpu.hostcopy import to_host
 
 try:  # a more specific type when the core runtime provides it
@@ -447,6 +449,8 @@ class _DistributedOptimizerMixin:
                 f"DistributedOptimizer: backward_passes_per_step={backward_passes_per_step}; expected >= 1"
             )
         init()
+        self._ddl_stats = _runtime.current().stats   # each step's time, wait and bytes (core/stats.py)
+        self._ddl_comm_s = 0.0
         self._ddl_op = op
         self._ddl_passes = int(backward_passes_per_step)
         self._ddl_size = size()
@@ -514,6 +518,7 @@ class _DistributedOptimizerMixin:
         self._ddl_buckets = [_Bucket(i, ps, [names[p] for p in ps], stop_slot=i == len(buckets) - 1)
                              for i, ps in enumerate(buckets)]
         self._ddl_bucket_of = {p: b for b in self._ddl_buckets for p in b.params}
+        self._ddl_bytes = sum(p.numel() * p.element_size() for p in trainable) if self._ddl_size > 1 else 0
         self._ddl_counts = {p: 0 for p in trainable}
         self._ddl_next = 0  # index of the next bucket to launch
         self._ddl_synced = False
@@ -657,6 +662,13 @@ class _DistributedOptimizerMixin:
         if self._ddl_size == 1 or self._ddl_synced:
             self._ddl_synced = True
             return
+        t0 = time.perf_counter()
+        try:
+            self._ddl_wait_reductions()
+        finally:
+            self._ddl_comm_s += time.perf_counter() - t0
+
+    def _ddl_wait_reductions(self) -> None:
         # Buckets whose gradients never all arrived (unused parameters, or a rank where a
         # gradient is None) are launched now, in index order, zero-filled where a gradient is
         # missing; their presence flags tell every rank the same story after the reduction.
@@ -731,6 +743,8 @@ class _DistributedOptimizerMixin:
         self._ddl_synced = False
         if self._ddl_size > 1:
             self._ddl_reset()
+        self._ddl_stats.end_step(self._ddl_comm_s, self._ddl_bytes)
+        self._ddl_comm_s = 0.0
         return out
 
     def zero_grad(self, set_to_none: bool = True) -> None:

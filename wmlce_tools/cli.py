@@ -36,6 +36,7 @@ class _LazyGroup(TyperGroup):
         "cancel": ("wmlce_tools.jobs.cli", "register"),
         "logs": ("wmlce_tools.jobs.cli", "register"),
         "sweep": ("wmlce_tools.sweep_cli", "app"),
+        "report": ("wmlce_tools.report.cli", "register"),
     }
 
     def list_commands(self, ctx):

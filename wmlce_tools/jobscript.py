@@ -444,6 +444,7 @@ def render_script(plan: JobPlan) -> str:
         modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports], fabric_lines=plan.fabric_lines,
+        job_dir=sh_quote(str(plan.jobdir)),
         job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall),
         extra_directives=[*(plan.container.directives(site.scheduler) if plan.container else ()), *plan.passthrough.lines],

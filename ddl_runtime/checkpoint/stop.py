@@ -143,6 +143,7 @@ def agree(step: Optional[int] = None) -> bool:
                                    "every rank must call agree() at the same step boundary")
     if decision and not _state.announced:
         _state.announced = True
+        rt.write_stats("stopped")   # its record now, before the checkpoint (the walltime is near)
         if rt.rank == 0:
             at = "" if step is None else f" at step {step}"
             _log.log(f"stop agreed{at} (signal {_state.signal_name or 'request'} reached "

@@ -17,6 +17,7 @@ from ..errors import DDLInputError
 from .topology import Mode, parse_mode
 
 DEFAULT_STALL_WARNING_S = 60.0
+DEFAULT_STATS_INTERVAL_S = 60.0
 GPU_BINDINGS = ("per-rank", "local-rank")
 
 
@@ -47,6 +48,8 @@ class JobEnvironment:
     timeline: Optional[str] = None
     shared_memory: bool = True  # DDL_SHM: one-host jobs reduce through shared memory
     response_cache: Optional[int] = None  # DDL_RESPONSE_CACHE: descriptors the negotiation caches (0: none)
+    stats_dir: Optional[str] = None  # DDL_STATS_DIR, else $WML_JOB_DIR/stats: each rank's record (core/stats.py)
+    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S  # DDL_STATS_INTERVAL_S: the record rewritten this often
     launcher: LauncherInfo = field(default_factory=lambda: LauncherInfo("none"))
 
     @classmethod
@@ -63,6 +66,8 @@ class JobEnvironment:
             timeline=env.get("DDL_TIMELINE") or None,
             shared_memory=_switch(env, "DDL_SHM", True),
             response_cache=_non_negative_int(env, "DDL_RESPONSE_CACHE"),
+            stats_dir=stats_dir(env),
+            stats_interval_s=_positive_float(env, "DDL_STATS_INTERVAL_S") or DEFAULT_STATS_INTERVAL_S,
             launcher=detect_launcher(env),
         )
 
@@ -202,6 +207,14 @@ def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise DDLInputError(f"{name}={env[name]!r} must be 1 or 0 (on or off)")
+
+
+def stats_dir(env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """Where each rank writes its record (core/stats.py): DDL_STATS_DIR, else $WML_JOB_DIR/stats."""
+    if env.get("DDL_STATS_DIR"):
+        return os.path.abspath(env["DDL_STATS_DIR"])
+    job_dir = env.get("WML_JOB_DIR")
+    return os.path.join(job_dir, "stats") if job_dir else None
 
 
 def _gpu_binding(env: Mapping[str, str]) -> Optional[str]:

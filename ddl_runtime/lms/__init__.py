@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import weakref
 
+from ..core import stats as _run_stats
+
 _sessions: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 __all__ = ["enable", "disable", "enabled", "stats", "get_session", "LmsError", "Stats", "make_plan"]
@@ -77,6 +79,18 @@ def stats(model=None):
     for s in list(_sessions.values()):
         total = s.stats() if total is None else total.merged(s.stats())
     return total if total is not None else Stats(plan="LMS is on for no model")
+
+
+def _record():
+    """The rank's record (core/stats.py) carries LMS's stats when LMS is on for a model."""
+    if not _sessions:
+        return None
+    import dataclasses
+
+    return dataclasses.asdict(stats())
+
+
+_run_stats.section("lms", _record)
 
 
 def __getattr__(name):

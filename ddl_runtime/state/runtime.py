@@ -18,6 +18,7 @@ from typing import Optional
 from mpi4py import MPI
 
 from ..core import log as _log
+from ..core.stats import RunStats, cpu_list
 from . import hooks as _hooks
 from ..engine.algorithms import Algorithms, Level
 from ..engine.engine import Engine
@@ -81,6 +82,9 @@ class Runtime:
                               self.watchdog, self.engine.oversubscribed)
         self.plans: dict = {}
         self.finalized = False
+        self.stats = RunStats(self.rank, self.size, self.env.stats_dir, self.env.stats_interval_s)
+        self.stats.placement = self._placement()
+        self.stats.extra = self._gpu_peak
         self._select_gpu()
         from ..transports.gpu import transport
         self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
@@ -137,6 +141,33 @@ class Runtime:
         finally:
             host.Free()
 
+    def _placement(self) -> dict:
+        """Where this rank ran, for its record (core/stats.py): node, local rank, GPU, cores."""
+        try:
+            cores = cpu_list(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = None
+        topo = self.topology
+        return {"node_index": topo.cross_rank, "nodes": topo.cross_size, "local_rank": topo.local_rank,
+                "local_size": topo.local_size, "gpu": self.local_gpuid, "cores": cores,
+                "visible_gpus": ",".join(self.env.cuda_visible_devices) if self.env.cuda_visible_devices is not None
+                else None}
+
+    def write_stats(self, status: str) -> None:
+        """This rank's record (core/stats.py) now."""
+        self.stats.write(status)
+
+    @staticmethod
+    def _gpu_peak() -> dict:
+        """The GPU memory peak for every record this rank writes, when torch used a GPU."""
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                return {"gpu_peak_bytes": int(torch.cuda.max_memory_allocated())}
+        except Exception:  # noqa: BLE001 - a record without the peak beats none
+            pass
+        return {}
+
     def _select_gpu(self) -> None:
         torch = sys.modules.get("torch")
         if self.local_gpuid is not None and torch is not None and torch.cuda.is_available():
@@ -150,6 +181,8 @@ class Runtime:
             _log.log(f"{message}; aborting the job", before=detail)
             try:
                 getattr(self, "timeline", NullTimeline()).flush()
+                if getattr(self, "stats", None) is not None:
+                    self.write_stats("aborted")
             except Exception:  # noqa: BLE001 - the abort must happen regardless
                 pass
             time.sleep(ABORT_GRACE_S)  # mpiexec forwards output asynchronously and stops at the abort
@@ -172,6 +205,7 @@ class Runtime:
         if missing:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
+        self.write_stats("stopped" if self.stats.status == "stopped" else "finished")
         if gpu is not None:
             gpu.shutdown(self, collective=not missing)  # the NCCL process group, the IPC groups
         if not missing:

@@ -16,6 +16,7 @@ while the ranks exit: it must not kill them (it did, with status 138, when the p
 ever taking it).  Real: wml, the job scripts and their timer, ddlrun, MPICH's mpiexec, rankexec, torch."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -43,3 +44,15 @@ def test_a_signal_at_start_stops_each_segment_after_one_agreed_step(run_wml, tmp
     assert "finished in segment 3 of 3" in text, text[-4000:]
     finals = re.findall(r"FINAL ([0-9a-f]{64})", text)
     assert finals == [one_job_final(tmp_path, 3)], text[-4000:]
+    # wml report: the three segments, each with its ranks' records (the first two stopped for the walltime)
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    page = tmp_path / "chain.html"
+    rep = run_wml("report", run_id, "--html", str(page), env={"COLUMNS": "250"})
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
+    rows = [ln for ln in rep.stdout.splitlines() if re.match(r"│ segment [123]/3 ", ln)]
+    assert len(rows) == 3, rep.stdout
+    assert all("stopped for the walltime" in r for r in rows[:2]) and "stopped" not in rows[2], rep.stdout
+    from helpers.page import drawn
+
+    marks = drawn(page)
+    assert marks["segments"] >= 3 and marks["layout"] == 1, marks      # one step a segment: none to time

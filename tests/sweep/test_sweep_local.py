@@ -70,6 +70,18 @@ def test_grid_of_a_two_rank_torch_script_packed_failed_trial_resumed_alone(run_w
     assert len(line) == 1 and line[0].startswith("sweep") and "6 completed" in line[0]
     logs = _wml(run_wml, "logs", run_id, "--trial", "4")
     assert '"trial": 4' in logs.stdout
+    # wml report: the best trials by the metric, and a page with the metric against each parameter
+    page = tmp_path / "sweep.html"
+    rep = _wml(run_wml, "report", run_id, "--html", str(page))
+    assert rep.returncode == 0, rep.stderr
+    assert "best trials by loss (smallest first)" in rep.stdout, rep.stdout
+    best = [ln.strip("│ ").split()[0] for ln in rep.stdout.splitlines() if ln.startswith("│") and "COMPLETED" in ln]
+    assert best[:3] == ["0", "1", "3"], rep.stdout       # lr 0.1 x bs 8, 16; lr 0.2 x bs 8
+    from helpers.page import drawn
+
+    marks = drawn(page)
+    assert marks == {"sweep": 12}, marks                 # 6 trials against lr, and against bs
+    assert '"bs"' in page.read_text() and '"lr"' in page.read_text()
 
 
 def test_eight_one_rank_trials_keep_every_slot_busy(run_wml, tmp_path):

@@ -210,7 +210,11 @@ def run_cli(argv: Sequence[str]) -> int:
         return 0
     from .runner import run
 
-    return run(plan)
+    code = run(plan)
+    from ..report.endline import print_end_line
+
+    print_end_line(os.environ, sys.stderr)    # the run in one line, from the ranks' records (wml report)
+    return code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -234,6 +234,17 @@ def _exports(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str,
     return tuple(out.items())
 
 
+def _stats_export(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """DDL_STATS_DIR for every rank, whatever the launcher passes on: where the runtime writes
+    each rank's record (the job script's $WML_JOB_DIR/stats; a sweep's trial sets its own)."""
+    from ddl_runtime.core.jobenv import stats_dir
+
+    where = stats_dir(env)
+    if where is None or any(item.partition("=")[0] == "DDL_STATS_DIR" for item in items):
+        return ()
+    return (("DDL_STATS_DIR", where),)
+
+
 def _check_mode(text: Optional[str], layout: Layout) -> str:
     if text is None:
         return layout.mode
@@ -379,7 +390,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         raise WmlError(f"-n {opts.np}: the layout has {layout.size} ranks")
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
-    exports = _exports(opts.exports, env)
+    exports = _exports(opts.exports, env) + _stats_export(opts.exports, env)
     from ..container.launch import container_launch, with_fabric
 
     container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),

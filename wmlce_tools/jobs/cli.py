@@ -131,6 +131,8 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
                                                  "step": s.step} for s in view.segments]}))
         else:
             typer.echo("\n".join(view.lines()))
+            _report_line(next((e.job_dir for e in reversed(view.rec.segments)
+                               if e.job_id and _has_stats(e.job_dir)), ""))
         return
     try:
         rec, reason = refresh_detail(rec)
@@ -145,6 +147,23 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
     typer.echo(f"job {rec.job_id} ({rec.name}, {rec.site}): {rec.state.value}{code}{why}")
     typer.echo(f"  submitted {_fmt_time(rec.submitted_at)} UTC; script {rec.script}")
     typer.echo(f"  output {rec.output}" + (f"; error {rec.error}" if rec.error and rec.error != rec.output else ""))
+    _report_line(rec.job_dir)
+
+
+def _has_stats(job_dir: str) -> bool:
+    from ..report.records import STATS_DIR
+    from pathlib import Path
+
+    return bool(job_dir) and (Path(job_dir) / STATS_DIR).is_dir()
+
+
+def _report_line(job_dir: str) -> None:
+    """The run in one line, from its ranks' records (wml report)."""
+    from ..report.endline import status_line
+
+    line = status_line(job_dir)
+    if line:
+        typer.echo(f"  run: {line}")
 
 
 def cancel_cmd(job: Job) -> None:

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,7 +90,9 @@ def run_trial(run_dir: Path, rec: record.SweepRecord, index: int, command: Seque
     record.write_state(run_dir, index, state)
     if prev.get("attempt") and (d / record.OUTPUT_FILE).exists():    # a rerun: keep the attempt before
         os.replace(d / record.OUTPUT_FILE, d / f"output.attempt-{int(prev['attempt'])}.log")
-    env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), **(extra_env or {}))
+    shutil.rmtree(d / "stats", ignore_errors=True)     # an earlier attempt's records
+    env = dict(os.environ, **trial.env(), WML_SWEEP_RUN=str(run_dir), DDL_STATS_DIR=str(d / "stats"),
+               **(extra_env or {}))       # DDL_STATS_DIR: each rank's record (`wml report`)
     tail: deque = deque(maxlen=TAIL_LINES)
     with open(d / record.OUTPUT_FILE, "wb") as log:
         try:

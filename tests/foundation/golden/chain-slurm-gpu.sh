@@ -22,6 +22,8 @@ export WML_STOP_SIGNAL=USR1
 export WML_CHAIN_SEGMENT=2
 export WML_CHAIN_LENGTH=3
 export WML_RUN_ID=train-20250101-000000
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/train-20250101-000000/segment-2
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # Segment 2 of 3 of run train-20250101-000000: the ranks resume from $WML_CHECKPOINT_DIR.

@@ -14,6 +14,8 @@ set -euo pipefail
 
 # 16 ranks on 2 node(s), 8 per node, 2 ranks per GPU, 8 core(s) x 1 hw thread(s) per rank
 export OMP_NUM_THREADS=8
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -16,6 +16,8 @@ set +u
 module load ibm-wml-ce
 set -u
 export OMP_NUM_THREADS=28
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/sweep1/submit-1
 
 echo "wml: job ${LSB_JOBID:-?} (lr_sweep) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -15,6 +15,8 @@ set +u
 module load datascience/horovod-0.15.2
 set -u
 export OMP_NUM_THREADS=64
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${COBALT_JOBID:-?} (hvd) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -1,0 +1,88 @@
+"""The runtime's per-rank record and what ``wml report`` reads from it, without MPI: the writer
+(ddl_runtime/core/stats.py) on a made-up clock, the settings that place it, a 1,000-rank record
+with one slow rank, and records that are partial or unreadable."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddl_runtime.core.jobenv import JobEnvironment
+from ddl_runtime.core.stats import RING, RunStats
+from ddl_runtime.errors import DDLInputError
+from wmlce_tools.errors import WmlError
+from wmlce_tools.report import report, summary
+from wmlce_tools.report.analysis import analyse, one_line
+from wmlce_tools.report.records import load
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_where_the_records_go_and_a_bad_interval_is_one_error():
+    assert JobEnvironment.from_environ({"WML_JOB_DIR": "/jobs/j1"}).stats_dir == "/jobs/j1/stats"
+    assert JobEnvironment.from_environ({"WML_JOB_DIR": "/jobs/j1", "DDL_STATS_DIR": "/t/s"}).stats_dir == "/t/s"
+    assert JobEnvironment.from_environ({}).stats_dir is None
+    with pytest.raises(DDLInputError, match="DDL_STATS_INTERVAL_S='soon' is not a number"):
+        JobEnvironment.from_environ({"DDL_STATS_INTERVAL_S": "soon"})
+
+
+def test_a_step_is_counted_its_wait_kept_and_the_record_rewritten_every_interval(tmp_path):
+    clock = Clock()
+    st = RunStats(3, 8, str(tmp_path), interval_s=10.0, clock=clock)
+    for i in range(RING + 5):
+        clock.now += 0.1
+        st.end_step(0.02, 100)
+        if i == 50:       # 5.1 s in: not yet
+            assert not (tmp_path / "rank3.json").exists()
+    data = json.loads((tmp_path / "rank3.json").read_text())
+    assert data["status"] == "running" and data["rank"] == 3 and data["size"] == 8
+    st.write("finished")
+    rec = load(tmp_path)
+    [r] = rec.ranks
+    assert r.steps == RING + 5 and r.timed_steps == RING + 4 and r.bytes_reduced == 100 * (RING + 5)
+    assert r.ring_first_step == 5 and len(r.compute) == RING
+    assert r.compute == pytest.approx([0.08] * RING, abs=1e-6) and r.comm == pytest.approx([0.02] * RING, abs=1e-6)
+    assert r.mean_step_s == pytest.approx(0.1) and r.mean_comm_s == pytest.approx(0.02)
+    assert rec.missing == [0, 1, 2, 4, 5, 6, 7] and rec.partial
+    assert one_line(analyse(rec)).endswith("PARTIAL: no record from ranks 0-2,4-7 of 8")
+
+
+def test_a_thousand_ranks_name_the_slow_one_and_its_node(tmp_path):
+    # the benchmark's own writer (ddl_runtime's RunStats), 1,000 ranks x 30 steps, rank 617 at 1.3x
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "report_scale.py"), "--ranks", "1000",
+                           "--steps", "30", "--repeat", "1", "--keep", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rep = report(str(tmp_path / "stats"))
+    a = rep.main.analysis
+    assert [s.rank for s in a.stragglers] == [617] and a.stragglers[0].node == "n0154"
+    assert a.stragglers[0].excess_pct == pytest.approx(30, abs=5)
+    assert a.stragglers[0].others_wait_ms == pytest.approx(30, abs=5)     # 1.3 x 100 ms - 100 ms
+    waits = {r.rank: r.wait_ms for r in a.rows}
+    assert waits[617] < 5 and min(w for k, w in waits.items() if k != 617) > 20
+    assert "straggler: rank 617 on n0154" in summary(rep)
+
+
+def test_an_unreadable_record_is_named_and_no_record_at_all_is_one_error(tmp_path):
+    st = RunStats(0, 2, str(tmp_path))
+    st.end_step()
+    st.write("finished")
+    (tmp_path / "rank1.json").write_text("{half")
+    rec = load(tmp_path)
+    assert rec.partial and rec.missing == [1] and rec.unreadable[0].startswith("rank1.json: ")
+    assert "unreadable: rank1.json" in one_line(analyse(rec))
+    empty = tmp_path / "empty"
+    (empty / "stats").mkdir(parents=True)
+    (empty / "job.sh").write_text("")
+    with pytest.raises(WmlError, match=r"^job empty: ended; no records in .*/empty/stats: its ranks wrote none"):
+        report(str(empty))

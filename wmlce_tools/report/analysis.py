@@ -1,0 +1,211 @@
+"""What a job's records say: step time, the share of a step spent on communication, how long each
+rank waited for the last one to arrive, and the stragglers (ranks whose compute is an outlier),
+named with their node.
+
+The wait for the last rank is read from the steps every rank kept one by one (the runtime's
+ring, the last 1,024): in step s the slowest rank's compute time minus this rank's, no more
+than the time this rank spent in the step's collectives.  A straggler's compute is more than
+`STRAGGLER_PCT` % above the ranks' median and more than `STRAGGLER_MADS` median absolute
+deviations from it; how long the others waited for it is the mean, over the other ranks and
+the kept steps, of its compute minus theirs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from .records import JobRecords, RankRecord
+
+STRAGGLER_PCT = 10.0
+STRAGGLER_MADS = 3.0
+
+
+@dataclass
+class RankRow:
+    rank: int
+    node: str
+    step_ms: Optional[float]
+    compute_ms: Optional[float]
+    comm_ms: Optional[float]           # in the step's collectives (transfer + wait for the last rank)
+    wait_ms: Optional[float]           # of which: waiting for the last rank to arrive
+    steps: int
+    status: str
+
+
+@dataclass
+class Straggler:
+    rank: int
+    node: str
+    compute_ms: float
+    excess_pct: float                  # above the median rank's compute
+    others_wait_ms: float              # per step, mean over the other ranks
+    others_wait_s: float               # over the run (per step x timed steps)
+
+
+@dataclass
+class Analysis:
+    records: JobRecords
+    rows: List[RankRow]
+    steps: int                         # the most steps a rank made
+    step_ms: Optional[float]           # mean over ranks of their mean step (steps 2..n)
+    comm_pct: Optional[float]          # of a step, in the step's collectives
+    wait_pct: Optional[float]          # of a step, waiting for the last rank
+    median_compute_ms: Optional[float]
+    slowest: Optional[RankRow]
+    slowest_pct: Optional[float]       # its compute above the median's
+    stragglers: List[Straggler] = field(default_factory=list)
+    aligned_steps: int = 0             # steps every rank kept one by one (the wait's basis)
+
+
+def node_names(records: JobRecords) -> dict:
+    """rank -> its node's name: the host where nodes have their own hosts; else (nodes emulated on
+    one host) ``node <i> (<host>)``."""
+    hosts_per_node = {}
+    for r in records.ranks:
+        hosts_per_node.setdefault(r.node_index, set()).add(r.host)
+    distinct = len({h for hs in hosts_per_node.values() for h in hs})
+    own_hosts = distinct == len(hosts_per_node) and all(len(hs) == 1 for hs in hosts_per_node.values())
+    return {r.rank: (r.host if own_hosts else f"node {r.node_index} ({r.host})") for r in records.ranks}
+
+
+def aligned_steps(ranks: List[RankRecord]):
+    """(first step, compute, comm): ranks x steps over the steps every rank kept (None: none in common)."""
+    kept = [r for r in ranks if len(r.compute)]
+    if len(kept) != len(ranks) or not kept:
+        return None
+    lo = max(r.ring_first_step for r in kept)
+    hi = min(r.ring_first_step + len(r.compute) for r in kept)
+    if hi <= lo:
+        return None
+    lo = max(lo, 1)     # the first step (from the runtime's start: imports, model, warm-up) is not timed
+    if hi <= lo:
+        return None
+    compute = np.stack([r.compute[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
+    comm = np.stack([r.comm[lo - r.ring_first_step:hi - r.ring_first_step] for r in kept])
+    return lo, compute, comm
+
+
+def analyse(records: JobRecords) -> Analysis:
+    ranks = records.ranks
+    names = node_names(records)
+    aligned = aligned_steps(ranks)
+    waits = others = None
+    compute_mean = None
+    n_aligned = 0
+    if aligned is not None:
+        _, compute, comm = aligned
+        n_aligned = compute.shape[1]
+        slowest_per_step = compute.max(axis=0)
+        waits = np.minimum(np.maximum(slowest_per_step - compute, 0.0), comm).mean(axis=1)
+        compute_mean = compute.mean(axis=1)
+    rows = []
+    for i, r in enumerate(ranks):
+        step = r.mean_step_s
+        comm = r.mean_comm_s
+        comp = (compute_mean[i] if compute_mean is not None else (step - comm if step is not None else None))
+        rows.append(RankRow(r.rank, names[r.rank], _ms(step), _ms(comp), _ms(comm),
+                            _ms(waits[i]) if waits is not None else None, r.steps, r.status))
+    timed = [r for r in rows if r.step_ms is not None]
+    step_ms = float(np.mean([r.step_ms for r in timed])) if timed else None
+    comm_pct = (100.0 * float(np.mean([r.comm_ms for r in timed])) / step_ms) if timed and step_ms else None
+    wait_pct = (100.0 * float(np.mean([r.wait_ms for r in timed])) / step_ms
+                if timed and step_ms and all(r.wait_ms is not None for r in timed) else None)
+    comps = np.array([r.compute_ms for r in rows if r.compute_ms is not None])
+    median = float(np.median(comps)) if len(comps) else None
+    slowest = slowest_pct = None
+    stragglers: List[Straggler] = []
+    if len(comps) and median:
+        slowest = max((r for r in rows if r.compute_ms is not None), key=lambda r: r.compute_ms)
+        slowest_pct = 100.0 * (slowest.compute_ms - median) / median
+        mad = float(np.median(np.abs(comps - median)))
+        timed_steps = max((r.timed_steps for r in ranks), default=0)
+        for i, row in enumerate(rows):
+            if row.compute_ms is None or len(rows) < 2:
+                continue
+            excess = row.compute_ms - median
+            if 100.0 * excess / median <= STRAGGLER_PCT or excess <= STRAGGLER_MADS * mad:
+                continue
+            if aligned is not None:
+                compute = aligned[1]
+                mine = compute[i]
+                behind = np.maximum(mine[None, :] - np.delete(compute, i, axis=0), 0.0)
+                per_step = float(behind.mean()) * 1e3
+            else:
+                per_step = excess
+            stragglers.append(Straggler(row.rank, row.node, row.compute_ms, 100.0 * excess / median,
+                                        per_step, per_step * timed_steps / 1e3))
+        stragglers.sort(key=lambda s: -s.excess_pct)
+    return Analysis(records, rows, max((r.steps for r in ranks), default=0), step_ms, comm_pct, wait_pct, median,
+                    slowest, slowest_pct, stragglers, n_aligned)
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else float(seconds) * 1e3
+
+
+def one_line(a: Analysis) -> str:
+    """``step 412 ms, 9 % waiting on communication, slowest rank 17 on node n3, +22 %`` (what the
+    end of a job and ``wml status`` print)."""
+    rec = a.records
+    parts = []
+    if a.step_ms is None:
+        parts.append(f"{a.steps} step{'s' if a.steps != 1 else ''} recorded, too few to time"
+                     if a.steps else "no training step recorded (no DistributedOptimizer.step() yet)")
+    else:
+        parts.append(f"{a.steps} steps, step {_fmt_ms(a.step_ms)}")
+        if a.comm_pct is not None:
+            wait = f" ({a.wait_pct:.0f} % waiting for the last rank)" if a.wait_pct is not None and len(rec.ranks) > 1 else ""
+            parts.append(f"{a.comm_pct:.0f} % in communication{wait}")
+        strag = a.stragglers[0] if a.stragglers else None
+        if a.slowest is not None and len(rec.ranks) > 1:
+            slowest = f"slowest rank {a.slowest.rank} on {a.slowest.node}, {a.slowest_pct:+.0f} %"
+            if strag is not None and strag.rank == a.slowest.rank:
+                slowest += f" (a straggler: the others wait {_fmt_ms(strag.others_wait_ms)} a step for it)"
+                strag = None
+            parts.append(slowest)
+        if strag is not None:
+            parts.append(f"straggler rank {strag.rank} on {strag.node}: the others wait "
+                         f"{_fmt_ms(strag.others_wait_ms)} a step for it")
+        if len(a.stragglers) > 1:
+            parts.append(f"{len(a.stragglers)} stragglers")
+    text = ", ".join(parts)
+    return text + partial_note(rec)
+
+
+def partial_note(rec: JobRecords) -> str:
+    notes = []
+    if rec.missing:
+        notes.append(f"PARTIAL: no record from rank{'s' if len(rec.missing) > 1 else ''} {_ranges(rec.missing)} "
+                     f"of {rec.size}")
+    if rec.unreadable:
+        notes.append(f"unreadable: {'; '.join(rec.unreadable[:3])}" + (" ..." if len(rec.unreadable) > 3 else ""))
+    status = rec.status
+    if status == "running":
+        notes.append("as of the last periodic record (the job is running, or was killed before finalize)")
+    elif status == "aborted":
+        notes.append("the job aborted")
+    elif status == "stopped":
+        notes.append("stopped for the walltime")
+    return ("; " + "; ".join(notes)) if notes else ""
+
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms"
+
+
+def _ranges(ranks: List[int]) -> str:
+    out, start, prev = [], None, None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    text = ",".join(out[:20])
+    return text + (f",... ({len(ranks)} ranks)" if len(out) > 20 else "")

@@ -1,0 +1,39 @@
+"""``wml report RUN``: the terminal summary of a job, a chained run or a sweep, and one
+self-contained HTML page (``--html``, default ``<run directory>/report.html``)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+
+def report_cmd(run: Annotated[str, typer.Argument(help="A job (the id wml submit printed, @N), a run id (a chain's or a sweep's), or a job's, chain's or sweep's directory.")],
+               html: Annotated[Optional[str], typer.Option("--html", help="Where to write the page (default: report.html in the run's directory).")] = None,
+               no_html: Annotated[bool, typer.Option("--no-html", help="Only the terminal summary.")] = False,
+               metric: Annotated[Optional[str], typer.Option("--metric", help="A sweep's metric (default: the first numeric one its trials printed).")] = None,
+               maximize: Annotated[bool, typer.Option("--maximize", help="A sweep's best trials have the largest metric (default: the smallest).")] = False) -> None:
+    """What a run did: layout, per-rank step and wait time, stragglers with their node, a chain's
+    segments, a sweep's metric against each parameter; in the terminal and as one HTML page that
+    opens without a network."""
+    from rich.console import Console
+
+    from .run import check_has_records, find_report
+    from .summary import print_report
+
+    rep = find_report(run, metric=metric, maximize=maximize)
+    check_has_records(rep)
+    print_report(rep, Console(highlight=False))
+    if no_html:
+        return
+    path = html if html is not None else str((rep.run_dir or Path(".")) / "report.html")
+    from .page import write_page
+
+    written = write_page(rep, Path(path))
+    sys.stdout.write(f"page: {written}\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)
