@@ -120,7 +120,7 @@ def test_a_venv_from_a_pylock_lives_like_a_conda_env(run_wml, small_spec, tmp_pa
     prog.write_text(PROGRAM)
     results = tmp_path / "out"
     results.mkdir()
-    r = run_wml("submit", "--nodes", "2", "--env", str(venv), "--stage-env", "--", "python", str(prog), str(results),
+    r = run_wml("submit", "--nodes", "2", "--env", "small", "--stage-env", "--", "python", str(prog), str(results),
                 env={"WML_STAGE_PLACE": f"{tmp_path}/node-local/{{node}}"}, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     ranks = [json.loads(p.read_text()) for p in sorted(results.glob("rank*"))]
