@@ -141,3 +141,23 @@ def test_the_schema_has_mpi_in_env_and_an_external_route_needs_a_version(tmp_pat
     assert r.returncode != 0 and "external needs the version" in (r.stdout + r.stderr)
     r = subprocess.run([sys.executable, "-m", "wmlce_tools", "site", "schema"], capture_output=True, text=True)
     assert "mpi_in_env" in r.stdout
+
+
+def test_create_with_site_puts_the_external_mpi_placeholder_in_the_env(curated, tmp_path, run_wml):
+    """wml env create --site S, external route, end to end: the site's channel first, the
+    placeholder MPICH pinned to the site's version, an mpi4py built for it, installed."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    local = (Path(__file__).parents[2] / "site_configs" / "local.yaml").read_text()
+    (sites / "ext.yaml").write_text(local.replace("name: local", "name: ext") + (
+        f"\nmpi_in_env:\n  method: external\n  version: \"3.4.*\"\n  channel: {curated['mpi-external'].as_uri()}\n"
+        "  library: /opt/cray/pe/mpich\n"))
+    spec = tmp_path / "mpi.yaml"
+    spec.write_text(f"name: mpi\nchannels: [{curated['conda-forge'].as_uri()}]\nplatforms: [linux-64, linux-aarch64]\n"
+                    "packages: [python 3.12.*, mpi4py]\n")
+    r = run_wml("env", "create", str(spec), "--prefix", str(tmp_path / "env"), "--site", "ext", "--no-progress",
+                env={"WML_SITE_PATH": str(sites)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    meta = sorted(p.name for p in (tmp_path / "env" / "conda-meta").glob("*.json"))
+    assert "mpich-3.4.3-external_0.json" in meta and "mpi4py-3.1.6-py312_mpich_h_0.json" in meta, meta
+    assert not any(m.startswith(("openmpi", "mpich-4")) for m in meta)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
+
+#: this machine's python installation (what a site module's python stands for)
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
 
 SMALL = """\
 name: small
@@ -138,8 +142,10 @@ def test_uv_cache_damaged_through_a_hard_link_is_fetched_again(run_wml, small_sp
     assert target.stat().st_nlink > 1               # the same file as uv's cache entry
     with target.open("a") as f:
         f.write("# edited in place\n")
-    r = run_wml("env", "create", "pylock.toml", "--prefix", str(tmp_path / "b"), timeout=600)
+    r = run_wml("env", "create", "pylock.toml", "--prefix", str(tmp_path / "b"), "--system-site-packages",
+                "--python", BASE_PYTHON, timeout=600)
     assert r.returncode == 0, r.stderr
+    assert "include-system-site-packages = true" in (tmp_path / "b" / "pyvenv.cfg").read_text()
     assert "uv's cache copy of mpi4py-" in r.stderr and "mpi4py/__init__.py (sha256 mismatch)" in r.stderr
     fresh = next((tmp_path / "b").glob("lib/python*/site-packages/mpi4py/__init__.py"))
     assert "edited in place" not in fresh.read_text()
