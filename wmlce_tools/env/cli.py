@@ -188,7 +188,7 @@ def create_cmd(
             if target.exists() and not force:
                 raise WmlError(f"{target} already exists (use --force to replace it)")
             lockfile = Path(tmp) / "conda-lock.yml"
-            lock(_with_site(env_spec, plan, channel), lockfile, platforms=[plat],
+            lock(_with_site(env_spec, plan), lockfile, platforms=[plat],
                  channels=(_site_channels(plan) + channel) if channel else None)
         locked = locked_env(lockfile, plat)
         result = create_env(locked, target, lockfile=lockfile, force=force, link=policy,
@@ -216,7 +216,7 @@ def _site_channels(plan: Any) -> list[str]:
     return list(plan.channels) if plan is not None else []
 
 
-def _with_site(env_spec: Any, plan: Any, channel: List[str]) -> Any:
+def _with_site(env_spec: Any, plan: Any) -> Any:
     if plan is None:
         return env_spec
     from wmlce_tools.env.site_mpi import apply_to_spec
@@ -230,7 +230,7 @@ def _conda_dry_run(env_spec: Any, src_path: Path, target: Path, plat: str, chann
         lines.append(f"  from lockfile {src_path}")
     else:
         env_spec.check_platform(plat)
-        spec = _with_site(env_spec, plan, channel)
+        spec = _with_site(env_spec, plan)
         chans = (_site_channels(plan) + channel) if channel else spec.channels
         lines.append(f"  spec {env_spec.name} ({env_spec.source})")
         lines.append(f"  channels: {', '.join(chans)}")

@@ -45,8 +45,8 @@ _CUDA_PATTERNS = (
 
 
 def accelerator_builds(spec: Any) -> dict[str, set[str]]:
-    """What each package names of CUDA (major version) or ROCm/XPU, per platform: ``{"cuda 12":
-    {...specs}, "rocm": {...}}``."""
+    """The accelerator builds a spec's packages, pip requirements, indexes and ``__cuda`` name:
+    ``{"CUDA 12": {...texts}, "ROCm": {...}, "XPU": {...}}``."""
     out: dict[str, set[str]] = {}
     texts = [p.spec for p in getattr(spec, "packages", [])]
     texts += list(getattr(spec, "pip", [])) + list(getattr(spec, "requirements", []))
