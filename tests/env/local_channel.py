@@ -81,7 +81,7 @@ def build_package(spec: PackageSpec, channel: Path, compresslevel: int = 9) -> P
         index["noarch"] = spec.noarch
     else:
         index["platform"] = "linux"
-        index["arch"] = {"linux-64": "x86_64", "linux-ppc64le": "ppc64le"}[spec.subdir]
+        index["arch"] = {"linux-64": "x86_64", "linux-ppc64le": "ppc64le", "linux-aarch64": "aarch64"}[spec.subdir]
     paths = []
     has_prefix_lines = []
     for f in spec.files:

@@ -241,3 +241,20 @@ def test_rich_reporter_follows_rattler_callbacks(lockfile: Path, tmp_path: Path)
         task = progress.tasks[0]
         assert task.total == len(locked.records) and task.completed == task.total
     assert "test: done" in out.getvalue()
+
+
+def test_pip_section_comes_from_the_specs_pip_index(write_spec, wheel: Path, cli, isolated_env_dirs: Path,
+                                                    tmp_path: Path, monkeypatch):
+    """pip_index (PyTorch's ROCm / XPU wheel index in the curated specs): the pip section is
+    installed from that index; the lock keeps it."""
+    monkeypatch.delenv("PIP_NO_INDEX")
+    index = tmp_path / "index"
+    (index / "wml-hello").mkdir(parents=True)
+    (index / "wml-hello" / wheel.name).write_bytes(wheel.read_bytes())
+    (index / "wml-hello" / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    spec = write_spec(name="idx", extra=f"pip: [wml-hello==0.1]\npip_index: {index.as_uri()}\n")
+    cli("env", "lock", spec, "-p", "linux-64", "-f", tmp_path / "idx.yml")
+    assert f"wml.pip_index: {index.as_uri()}" in (tmp_path / "idx.yml").read_text()
+    res = cli("env", "create", tmp_path / "idx.yml", "--name", "idx", "--no-progress")
+    assert "1 pip packages" in res.output
+    assert (isolated_env_dirs / "idx" / "bin" / "wml-hello").is_file()

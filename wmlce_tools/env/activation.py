@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from wmlce_tools.env.locations import env_name
+from wmlce_tools.env.locations import resolve_any_env
 from wmlce_tools.env.locations import resolve_env as _resolve_env
 
 __all__ = ["resolve_env", "activation_lines", "job_env_lines", "env_prefix", "is_venv"]
@@ -67,7 +68,7 @@ def env_prefix(name_or_path: str, check: bool = True) -> Path:
         prefix = Path(text).expanduser().absolute()
         if not check or is_venv(prefix):
             return prefix
-    return resolve_env(text)
+    return resolve_any_env(text)[0]          # by name: a conda env, or a venv wml env create made
 
 
 def job_env_lines(name_or_path: str, check: bool = True, prefix_shell: str | None = None) -> list[str]:
@@ -87,7 +88,8 @@ def job_env_lines(name_or_path: str, check: bool = True, prefix_shell: str | Non
             raise WmlError(f"--env {text}: neither a conda environment (no conda-meta/) nor a virtualenv "
                            "(no pyvenv.cfg)")
     if not is_path or check:
-        return activation_lines(resolve_env(text), prefix_shell)
+        prefix, venv = resolve_any_env(text)
+        return venv_lines(prefix, prefix_shell) if venv else activation_lines(prefix, prefix_shell)
     prefix = prefix_shell or shlex.quote(str(Path(text).expanduser().absolute()))
     venv = [f"    {line}" for line in venv_lines("X")[1:]]
     conda = [f"    {line}" for line in activation_lines("/X")[2:]]     # after CONDA_PREFIX, CONDA_DEFAULT_ENV

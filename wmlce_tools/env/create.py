@@ -8,7 +8,7 @@ renamed into place.  Any failure leaves nothing at the target.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,17 @@ from wmlce_tools.env.linking import (LinkChoice, LinkPolicy, choose, package_cac
                                      rattler_install_options)
 from wmlce_tools.env.lock import LockedEnv
 from wmlce_tools.env.staging import staged_directory
+
+
+@dataclass
+class PipStep:
+    """One more pip install after the spec's own packages (e.g. mpi4py built against the site's
+    MPI compiler wrapper: ``MPICC="cc -shared" pip install --no-binary=mpi4py mpi4py``)."""
+
+    what: str
+    requirements: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    options: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,18 +91,25 @@ def install_records(records: list[Any], staging: Path, final_prefix: Path, platf
     return choice
 
 
-def install_pip_section(staging: Path, final_prefix: Path, requirements: list[str]) -> int:
-    """pip-install ``requirements`` with the staged env's python, then relocate them."""
+def install_pip_section(staging: Path, final_prefix: Path, requirements: list[str],
+                        index_url: str | None = None, extra: list["PipStep"] | None = None) -> int:
+    """pip-install ``requirements`` (from ``index_url``, default pip's) with the staged env's
+    python, then each ``extra`` step (the site's mpi4py build), then relocate them all."""
     from wmlce_tools.env.installed import owned_files, conda_records, pip_dists
     from wmlce_tools.env.pip_install import last_error_line, pip_install, require_python
     from wmlce_tools.env.relocate import RelocationReport, relocate_dist
 
-    if not requirements:
+    if not requirements and not extra:
         return 0
     python = require_python(staging)
-    result = pip_install(python, requirements)
+    result = pip_install(python, requirements, index_url=index_url)
     if not result.ok:
-        raise WmlError(f"pip install of the spec's pip section failed: {last_error_line(result.output)}")
+        where = f" from {index_url}" if index_url else ""
+        raise WmlError(f"pip install of the spec's pip section{where} failed: {last_error_line(result.output)}")
+    for step in extra or []:
+        result = pip_install(python, step.requirements, extra_env=step.env, options=step.options)
+        if not result.ok:
+            raise WmlError(f"{step.what} failed: {last_error_line(result.output)}")
     owned = owned_files(conda_records(staging))
     dists = pip_dists(staging, owned)
     report = RelocationReport()
@@ -102,9 +120,9 @@ def install_pip_section(staging: Path, final_prefix: Path, requirements: list[st
 
 def create_env(locked: LockedEnv, target: Path, lockfile: Path | None = None,
                force: bool = False, progress: bool = False, source: str = "",
-               link: LinkPolicy = LinkPolicy.auto) -> CreateResult:
+               link: LinkPolicy = LinkPolicy.auto, extra_pip: list[PipStep] | None = None) -> CreateResult:
     target = Path(target).absolute()
-    if locked.pip and locked.platform != current_platform():
+    if (locked.pip or extra_pip) and locked.platform != current_platform():
         raise WmlError(f"cannot run the pip section of {locked.name!r} for {locked.platform} "
                        f"on this {current_platform()} machine")
     if not locked.records:
@@ -112,7 +130,7 @@ def create_env(locked: LockedEnv, target: Path, lockfile: Path | None = None,
     with staged_directory(target, force=force) as staging:
         choice = install_records(locked.records, staging, target, locked.platform, progress,
                                  f"creating {target.name}", link=link)
-        npip = install_pip_section(staging, target, locked.pip)
+        npip = install_pip_section(staging, target, locked.pip, locked.pip_index, extra_pip)
         EnvInfo(name=locked.name, platform=locked.platform, source=source,
                 imports=locked.imports, pip=locked.pip).write(staging)
         if lockfile is not None:

@@ -1,4 +1,5 @@
-"""What wml remembers about an env it made: ``<prefix>/conda-meta/wml/env.json``.
+"""What wml remembers about an env it made: ``<prefix>/conda-meta/wml/env.json`` (a venv:
+``<prefix>/share/wml/env.json``).
 
 It lives in a subdirectory so that tools reading ``conda-meta/*.json`` as package records
 (conda, rattler) never see it.
@@ -21,6 +22,9 @@ class EnvInfo(BaseModel):
 
     @staticmethod
     def path(prefix: Path) -> Path:
+        """``conda-meta/wml/env.json``; in a virtualenv (no conda-meta) ``share/wml/env.json``."""
+        if (prefix / "pyvenv.cfg").is_file() and not (prefix / "conda-meta").is_dir():
+            return prefix / "share" / "wml" / "env.json"
         return prefix / "conda-meta" / "wml" / "env.json"
 
     def write(self, prefix: Path) -> None:

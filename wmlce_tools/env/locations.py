@@ -103,6 +103,29 @@ def list_envs() -> list[Path]:
         if not d.is_dir():
             continue
         for child in sorted(d.iterdir()):
-            if is_env(child) and child not in out:
+            if (is_env(child) or is_venv_dir(child)) and child not in out:
                 out.append(child)
     return out
+
+
+def is_venv_dir(prefix: Path) -> bool:
+    """A virtualenv (``pyvenv.cfg``, no ``conda-meta/``)."""
+    return (prefix / "pyvenv.cfg").is_file() and not (prefix / "conda-meta").is_dir()
+
+
+def resolve_any_env(name_or_path: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """``(prefix, is_venv)`` of an existing conda env or virtualenv, by path or by name (a venv
+    made by ``wml env create`` lives in wml's envs dir like a conda env)."""
+    text = os.fspath(name_or_path)
+    if looks_like_path(text) or Path(text).is_absolute():
+        prefix = Path(text).expanduser().absolute()
+        if is_venv_dir(prefix):
+            return prefix, True
+        return resolve_env(text), False
+    check_env_name(text)
+    for d in search_dirs():
+        if is_venv_dir(d / text):
+            return d / text, True
+        if is_env(d / text):
+            return d / text, False
+    return resolve_env(text), False

@@ -51,6 +51,7 @@ class LockedEnv:
     pip: list[str]
     imports: list[str]
     channels: list[str]
+    pip_index: str | None = None
 
 
 # ---------------------------------------------------------------- channels
@@ -297,6 +298,8 @@ def lock(spec: EnvSpec, lockfile: Path, platforms: list[str] | None = None,
         f"{_META_PREFIX}pip": json.dumps(spec.pip),
         f"{_META_PREFIX}imports": json.dumps(spec.imports),
     }
+    if spec.pip_index:
+        custom[f"{_META_PREFIX}pip_index"] = spec.pip_index
     if spec.version:
         custom[f"{_META_PREFIX}spec_version"] = spec.version
     meta = LockMeta(content_hash={p: hashes[p] for p in to_solve}, channels=chans,
@@ -367,4 +370,4 @@ def locked_env(lockfile: Path, platform: str) -> LockedEnv:
         raise WmlError(f"{lockfile}: malformed wml.* custom_metadata") from None
     name = custom.get(f"{_META_PREFIX}name") or Path(lockfile).stem
     return LockedEnv(name=name, platform=platform, records=records, pip=pip,
-                     imports=imports, channels=channels)
+                     imports=imports, channels=channels, pip_index=custom.get(f"{_META_PREFIX}pip_index"))

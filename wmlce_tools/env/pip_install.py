@@ -33,13 +33,19 @@ def pip_command(python: Path) -> list[str]:
 
 
 def pip_install(python: Path, requirements: list[str], no_deps: bool = False,
-                extra_env: dict[str, str] | None = None) -> PipResult:
+                extra_env: dict[str, str] | None = None, index_url: str | None = None,
+                options: list[str] | None = None) -> PipResult:
+    """``index_url``: the index the requirements come from (PyTorch's ROCm or XPU wheels);
+    ``options``: more pip options (``--no-binary=mpi4py``)."""
     if not requirements:
         return PipResult(True, "")
     cmd = pip_command(python) + ["install", "--no-input", "--disable-pip-version-check",
                                  "--no-warn-script-location", "--no-compile"]
     if no_deps:
         cmd.append("--no-deps")
+    if index_url:
+        cmd += ["--index-url", index_url]
+    cmd += list(options or [])
     cmd += list(requirements)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)

@@ -17,7 +17,14 @@ A wml spec (``env_specs/*.yaml``)::
       - {spec: "cudatoolkit 10.2.*", platforms: [linux-64]}   <- explicit platform list
     pip:                            # installed with the env's own python after the conda part
       - horovod==0.19.0
+    pip_index: https://download.pytorch.org/whl/rocm7.1   # the pip section's index (optional)
     imports: [torch, horovod.torch] # what `wml env verify` imports in the env's python
+    source: https://...             # where the stack is published (the page it was checked against)
+    checked: 2026-11-28             # the day it was checked
+    legacy: true                    # kept for old jobs; nobody can install it today
+
+A PyPI spec (``kind: pypi``) names no channels: ``requirements`` (or ``requirements_file``) are
+locked by uv into a PEP 751 ``pylock.toml`` and installed into a virtualenv (``pypi_env``).
 
 A plain conda ``environment.yml`` (``name``, ``channels``, ``dependencies`` with an optional
 ``- pip: [...]`` entry, ``platforms``) is read the same way conda-lock reads it.
@@ -29,11 +36,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.env.spec_fields import check_cuda_builds, provenance, str_list
+
+if TYPE_CHECKING:  # pragma: no cover
+    from wmlce_tools.env.pypi_spec import PypiSpec
 
 SUPPORTED_PLATFORMS = ("linux-64", "linux-ppc64le", "linux-aarch64", "osx-64", "osx-arm64")
 
@@ -87,6 +98,10 @@ class EnvSpec:
     version: str | None = None
     description: str = ""
     source: Path | None = None
+    pip_index: str | None = None    # the pip section's index URL (PyTorch's ROCm / XPU wheels)
+    origin: str = ""                # where the stack is published (spec key ``source``)
+    checked: str = ""               # the day that was checked (spec key ``checked``)
+    legacy: bool = False
 
     def packages_for(self, platform: str) -> list[str]:
         self.check_platform(platform)
@@ -166,9 +181,14 @@ class _Where:
         return None
 
 
-def load_spec(path: Path) -> EnvSpec:
-    """Read a wml spec or a conda environment.yml; errors name file:line."""
+def load_spec(path: Path) -> "EnvSpec | PypiSpec":
+    """Read a wml spec (conda, or ``kind: pypi``), a conda environment.yml or a pip
+    requirements file; errors name file:line."""
     path = Path(path)
+    if path.suffix in (".txt", ".in"):
+        from wmlce_tools.env.pypi_spec import from_requirements_file
+
+        return from_requirements_file(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -188,25 +208,20 @@ def load_spec(path: Path) -> EnvSpec:
         raise where.error(None, f"malformed YAML: {exc}") from None
     if not isinstance(data, dict):
         raise where.error(1, "expected a mapping with name, channels and packages")
+    kind = data.get("kind", "conda")
+    if kind == "pypi":
+        from wmlce_tools.env.pypi_spec import from_wml_yaml
+
+        return from_wml_yaml(data, where)
+    if kind != "conda":
+        raise where.error(data.lines.get("kind"), f"unknown spec kind {kind!r} (conda or pypi)")
     if "dependencies" in data and "packages" not in data:
         return _from_environment_yml(data, where)
     return _from_wml_spec(data, where)
 
 
-def _str_list(data: _LineDict, key: str, where: _Where, required: bool = False) -> list[str]:
-    value = data.get(key)
-    line = data.lines.get(key)
-    if value is None:
-        if required:
-            raise where.error(None, f"missing {key!r}")
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise where.error(line, f"{key!r} must be a list of strings")
-    return [str(v) for v in value]
-
-
 def _platforms(data: _LineDict, where: _Where) -> list[str]:
-    platforms = _str_list(data, "platforms", where) or ["linux-64", "linux-ppc64le"]
+    platforms = str_list(data, "platforms", where) or ["linux-64", "linux-ppc64le"]
     for p in platforms:
         if p not in SUPPORTED_PLATFORMS:
             raise where.error(data.lines.get("platforms"),
@@ -220,7 +235,7 @@ def _common(data: _LineDict, where: _Where) -> dict[str, Any]:
         raise where.error(data.lines.get("name"), "missing or empty 'name'")
     if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
         raise where.error(data.lines.get("name"), f"env name {name!r} may only hold letters, digits and ._+-")
-    channels = _str_list(data, "channels", where)
+    channels = str_list(data, "channels", where)
     if "nodefaults" in channels:
         channels.remove("nodefaults")
     if not channels:
@@ -231,7 +246,7 @@ def _common(data: _LineDict, where: _Where) -> dict[str, Any]:
                           "virtual_packages must map names starting with '__' to versions")
     return {"name": name, "channels": channels, "platforms": _platforms(data, where),
             "virtual_packages": {str(k): str(v) for k, v in vps.items()},
-            "source": where.path}
+            "source": where.path, **provenance(data, where)}
 
 
 def _parse_entry(item: Any, line: int, where: _Where, platforms: list[str]) -> PackageEntry:
@@ -272,10 +287,15 @@ def _from_wml_spec(data: _LineDict, where: _Where) -> EnvSpec:
     packages = [_parse_entry(item, line, where, common["platforms"])
                 for item, line in zip(raw, raw.lines)]
     version = data.get("version")
-    return EnvSpec(packages=packages, pip=_str_list(data, "pip", where),
-                   imports=_str_list(data, "imports", where),
-                   version=None if version is None else str(version),
+    pip_index = data.get("pip_index")
+    if pip_index is not None and not (isinstance(pip_index, str) and re.match(r"^(https?|file)://", pip_index)):
+        raise where.error(data.lines.get("pip_index"), f"'pip_index' must be an http(s):// or file:// URL, got {pip_index!r}")
+    spec = EnvSpec(packages=packages, pip=str_list(data, "pip", where),
+                   imports=str_list(data, "imports", where),
+                   version=None if version is None else str(version), pip_index=pip_index,
                    description=str(data.get("description") or ""), **common)
+    check_cuda_builds(spec, f"{where.path}:{data.lines.get('packages', 1)}")
+    return spec
 
 
 def _from_environment_yml(data: _LineDict, where: _Where) -> EnvSpec:
@@ -295,7 +315,9 @@ def _from_environment_yml(data: _LineDict, where: _Where) -> EnvSpec:
         packages.append(_parse_entry(item, line, where, common["platforms"]))
     if pip and not any(p.spec.split()[0] == "pip" for p in packages):
         packages.append(PackageEntry("pip"))  # conda-lock adds pip too when there is a pip section
-    return EnvSpec(packages=packages, pip=pip, imports=_str_list(data, "imports", where), **common)
+    spec = EnvSpec(packages=packages, pip=pip, imports=str_list(data, "imports", where), **common)
+    check_cuda_builds(spec, f"{where.path}:{data.lines.get('dependencies', 1)}")
+    return spec
 
 
 # ---------------------------------------------------------------- bundled specs
@@ -315,7 +337,7 @@ def bundled_spec_paths() -> list[Path]:
 def find_spec(name_or_path: str) -> Path:
     """A spec file path, or the name of a bundled spec (file stem or its ``name:``)."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    if p.suffix in (".yaml", ".yml", ".txt", ".in") or p.exists():
         if not p.exists():
             raise WmlError(f"spec file {p} not found")
         return p

@@ -171,7 +171,7 @@ def verify_env(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
 def verify_venv(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
     """``wml env verify`` of a virtualenv (what ``--env`` also takes): every file pip's RECORD
     lists with a sha256 present and intact, pip's scripts run this env's python, and the
-    ``--import`` modules import."""
+    ``--import`` modules (default: the spec's, for a venv wml made) import."""
     import base64
     import hashlib
 
@@ -197,6 +197,9 @@ def verify_venv(prefix: Path, imports: list[str] | None = None) -> VerifyReport:
                 if digest != f.hash.value:
                     report.file_problems.append(FileProblem(name, str(f), "sha256 mismatch", os.stat(path).st_nlink))
     check_pip_scripts(prefix, report, owned=set())
+    if imports is None:            # a venv wml env create made remembers its spec's imports
+        info = EnvInfo.read(prefix)
+        imports = info.imports if info else []
     for module in imports or []:
         if not all(part.isidentifier() for part in module.split(".")):
             report.import_problems.append(ImportProblem(module, "not a module name"))

@@ -173,6 +173,28 @@ class StageEnvOptions(_Strict):
     docs: Annotated[List[str], Meta(description="the centre's page for the place")] = []
 
 
+class MpiInEnv(_Strict):
+    """How the site's MPI gets into a user's Python environment (``wml env create --site S``),
+    and how ``wml env verify --site S`` recognises it.  ``external``: conda-forge's placeholder
+    MPI package from the ``conda-forge/label/mpi-external`` label, pinned to the version the
+    site's MPI is ABI-compatible with, so the solver is satisfied and the site's library is the
+    one loaded at run time.  ``build``: mpi4py compiled against the site's compiler wrapper
+    (``MPICC="cc -shared" pip install --no-binary=mpi4py mpi4py``, OLCF's recipe)."""
+
+    method: Annotated[Literal["external", "build"], Meta(description="external: conda-forge's mpi-external label; build: mpi4py built with the site's MPI compiler wrapper")]
+    library: Annotated[str, Meta(min_length=1, description="substring of the path of the MPI library mpi4py must load (libmpi_cray, /opt/cray/pe/mpich)")]
+    mpi: Annotated[Literal["mpich", "openmpi"], Meta(description="the MPI family the site's library is ABI-compatible with")] = "mpich"
+    version: Annotated[Optional[str], Meta(description="the MPICH / Open MPI version to pin the external package to (a conda version spec: 3.4.*)")] = None
+    channel: Annotated[str, Meta(description="channel holding the external placeholder packages")] = "conda-forge/label/mpi-external"
+    mpicc: Annotated[str, Meta(description="MPICC for the mpi4py build (Cray: cc -shared)")] = "mpicc"
+    modules: Annotated[List[str], Meta(description="modules loaded before building (PrgEnv-gnu, cray-mpich)")] = []
+    docs: Annotated[List[str], Meta(description="the centre's page for the route")] = []
+
+    def __post_init__(self) -> None:
+        if self.method == "external" and not self.version:
+            raise ValueError("mpi_in_env: method external needs the version of the site's MPI to pin to")
+
+
 class JobDefaults(_Strict):
     """What a job on this site gets when its options do not say (a user's own copy of the
     profile on WML_SITE_PATH sets them: ``defaults: {account: m1234}``)."""
@@ -225,6 +247,7 @@ class SiteProfile(_Strict):
     sweep: SweepOptions = SweepOptions()
     fabric: Annotated[Optional[FabricSpec], Meta(description="the job's communication environment: modules and variables of the GPU collective library per case, each with its page (wmlce_tools/site/fabric.py)")] = None
     container: Annotated[Optional[ContainerOptions], Meta(description="container runtimes for --container IMAGE (none: the site runs no containers)")] = None
+    mpi_in_env: Annotated[Optional[MpiInEnv], Meta(description="how wml env create --site puts the site's MPI into an environment, and the library wml env verify --site expects")] = None
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:
