@@ -26,6 +26,8 @@ set -euo pipefail
 [ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.cscs.ch/software/communication/nccl/
 [ -n "${MPICH_GPU_SUPPORT_ENABLED+set}" ] || export MPICH_GPU_SUPPORT_ENABLED="0"    # https://docs.cscs.ch/software/communication/nccl/
 export OMP_NUM_THREADS=72
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

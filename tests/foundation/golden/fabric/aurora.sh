@@ -24,6 +24,8 @@ set -u
 [ -n "${CCL_KVS_MODE+set}" ] || export CCL_KVS_MODE="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
 [ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
 export OMP_NUM_THREADS=8
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -29,6 +29,8 @@ set -u
 [ -n "${NCCL_NET+set}" ] || export NCCL_NET="Socket"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
 export WML_NODE_DIRS="MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR"
 export OMP_NUM_THREADS=7
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

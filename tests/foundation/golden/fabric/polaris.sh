@@ -24,6 +24,8 @@ set -euo pipefail
 [ -n "${FI_CXI_DEFAULT_CQ_SIZE+set}" ] || export FI_CXI_DEFAULT_CQ_SIZE="131072"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
 export LD_LIBRARY_PATH="/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
 export OMP_NUM_THREADS=8
+# the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
+export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
