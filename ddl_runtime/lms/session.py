@@ -17,6 +17,7 @@ the profile's by more than a tenth (a new batch size) profiles again.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import contextlib
 import functools
 import sys
@@ -34,6 +35,8 @@ from .transfer import CudaTransfer, HostStandIn, Transfer
 
 RESHAPE_TOLERANCE = 0.1
 PROFILE_STEPS = 2          # steps profiled before the plan (block times: the least of them)
+WAIT_TOLERANCE = 0.05      # waits on copies past the plan's prediction, as a share of a step, that plan again
+MAX_CORRECTIONS = 2        # plans made again from the waits seen, at most
 MIN_PREFETCH_BYTES = 64 << 20      # the prefetch window's most, by default (_prefetch_window)
 _warned = set()
 
@@ -227,6 +230,9 @@ class Session:
         self._profiling = True
         self._profile_left = PROFILE_STEPS
         self._best_times: Optional[List[float]] = None
+        self._corrections = 0
+        self._planned_steps = 0
+        self._wait_mark = 0.0
         self._block: Optional[int] = None
         self._inputs_of: Optional[int] = None
         self._index = 0
@@ -356,6 +362,8 @@ class Session:
                 self._start_profile()          # the saved bytes changed (a new batch size): profile again
         self.stats_.steps += 1
         self._collect_waits()
+        if self._plan is not None and not self._profiling:
+            self._check_waits()
         self._graph = _Graph()
         self._skip = None
         self._dedupe = {}
@@ -388,6 +396,33 @@ class Session:
         self._rec_calls = [0] * len(self.blocks)
         self._rec_simple = [True] * len(self.blocks)
 
+    def _check_waits(self) -> None:
+        """After a planned step: when the copies made the steps wait far past the plan's prediction,
+        the link is slower than measured (or the compute faster): plan again with the bandwidth the
+        waits show (at most MAX_CORRECTIONS times).  The swapped bytes a step take
+        ``swapped / bandwidth + wait`` to move, so that is the bandwidth they had."""
+        self._planned_steps += 1
+        n = self._planned_steps - 1                   # the first planned step settles (its copies, allocations)
+        plan, prof = self._plan, self._profile
+        if n < 2 or not plan.swapped_bytes or self._corrections >= MAX_CORRECTIONS:
+            if n < 2:
+                self._wait_mark = self.stats_.wait_s
+            return
+        wait = (self.stats_.wait_s - self._wait_mark) / n
+        step = 3 * prof.forward_s                     # forward + backward, about
+        if wait <= plan.extra_s + WAIT_TOLERANCE * step:
+            return
+        bw = max(prof.bandwidth_Bps, 1.0)
+        seen = plan.swapped_bytes / (plan.swapped_bytes / bw + wait)
+        self._corrections += 1
+        self._profile = dataclasses.replace(prof, bandwidth_Bps=seen)
+        before = plan.describe()
+        self._make_plan()
+        from ..core.log import log
+        log(f"LMS: copies waited {wait * 1e3:.1f} ms a step, past the plan's +{plan.extra_s * 1e3:.1f} ms: "
+            f"planned again for {seen / 1e9:.2f} GB/s (measured {bw / 1e9:.2f} GB/s); was: {before}; now: "
+            f"{self.stats_.plan}")
+
     def _profile_end_of_step(self) -> None:
         """A profiled step ended: profile another, or plan.  Each block's time is its least over the
         profiled steps: the first step's are cold (cuDNN's autotuning, lazy initialisation, the first
@@ -412,9 +447,15 @@ class Session:
                                                                        self._rec_calls))),
             self.transfer.bandwidth())
         self._profiling = False
+        self._corrections = 0
+        self._make_plan()
+
+    def _make_plan(self) -> None:
         fixed = self._fixed_bytes()
         self._plan = planner.make_plan(self._profile, max(0, self.budget - fixed - self._reserve()), self.size)
         self.stats_.plan = self._plan.describe()
+        self._planned_steps = 0
+        self._wait_mark = self.stats_.wait_s
         for i, t in enumerate(self._profile.tensors):
             if t.block is not None:
                 self._span_end[t.block] = i + 1

@@ -224,9 +224,11 @@ class HostStandIn(Transfer):
     copy as ('out'|'in', id) in the order the side streams ran them."""
     name = "host stand-in"
 
-    def __init__(self, capacity: int = 1 << 30, bandwidth_Bps: float = 1e10) -> None:
+    def __init__(self, capacity: int = 1 << 30, bandwidth_Bps: float = 1e10,
+                 copy_Bps: Optional[float] = None) -> None:
         self._capacity = capacity
-        self._bandwidth = bandwidth_Bps
+        self._bandwidth = bandwidth_Bps     # what bandwidth() reports (the planner's figure)
+        self._copy_Bps = copy_Bps           # how fast copies really go (None: as fast as memcpy)
         self.out_worker = _Worker("lms-out")
         self.in_worker = _Worker("lms-in")
         self.log: List[Tuple[str, int]] = []
@@ -250,6 +252,7 @@ class HostStandIn(Transfer):
             key = self._keys[id(host)] = self._count   # ids repeat once a copy is freed: number them
 
         def copy():
+            self._throttle(t.nbytes)
             host.copy_(t)
             with self._lock:
                 self.log.append(("out", key))
@@ -261,10 +264,15 @@ class HostStandIn(Transfer):
 
         def copy():
             after.wait()          # ordered after its copy out, as on a CUDA stream
+            self._throttle(host.nbytes)
             dev.copy_(host)
             with self._lock:
                 self.log.append(("in", key))
         return dev, self.in_worker.submit(copy)
+
+    def _throttle(self, nbytes: int) -> None:
+        if self._copy_Bps:
+            time.sleep(nbytes / self._copy_Bps)
 
     def use(self, t, event) -> float:
         if event.is_set():
