@@ -3,6 +3,10 @@
 Everything is checked here, before anything is written: the site limits, the layout, the
 program, every value that becomes a directive.  Rendering is pure (no files, no processes)
 so ``wml render`` and ``wml submit --dry-run`` stay fast.
+
+The job-script layer (beside `jobs`): may import `chain`, `stage`, `sweeps`, `ddlrun`,
+`schedulers`, `launchers`, `env`, `layout`, `site` and the foundation; never `jobs`, `runs`,
+`options`, `api` or `cli`.
 """
 from __future__ import annotations
 
@@ -20,11 +24,12 @@ import jinja2
 
 from ._version import __version__
 from .cache import cache_dir
+from .ddlrun.exe import ddlrun_exe
 from .errors import WmlError
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, check_queue_limits, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
-from .passthrough import Passthrough, passthrough
+from .schedulers.passthrough import Passthrough, passthrough
 from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
@@ -142,7 +147,7 @@ class JobPlan:
     @property
     def ddlrun_argv(self) -> List[str]:
         lay = self.layout
-        argv = [*_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
+        argv = [*ddlrun_exe(), "--site", self.site.name, "-n", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node),
                 "--gpus-per-rank", str(lay.gpus_per_rank),
                 *(["--ranks-per-gpu", str(lay.ranks_per_gpu)] if lay.ranks_per_gpu > 1 else []),
@@ -179,19 +184,6 @@ class JobPlan:
         ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf,
                             hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
         return launch_command(self.layout, ctx, self.program)
-
-
-def _ddlrun_exe(site: SiteProfile) -> List[str]:
-    """wml's own ``ddlrun``, by absolute path: the one beside this Python (the venv need not be
-    on the job's PATH), else the one on PATH, else this Python running the module.  Never a
-    bare ``ddlrun``: on Summit ``module load ibm-wml-ce`` puts IBM's ddlrun first on PATH."""
-    beside = Path(sys.executable).parent / "ddlrun"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("ddlrun")
-    if found:
-        return [os.path.abspath(found)]
-    return [sys.executable, "-m", "wmlce_tools.ddlrun.cli"]
 
 
 def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:

@@ -4,6 +4,8 @@ job) take them as command-line options, and Python callers build the same ``JobO
 Each field of ``JobOptions`` carries its typer option (names, help) in its annotation and its
 default as the field's default; ``job_options`` turns a command ``f(..., opts: JobOptions, ...)``
 into one with those options, and ``plan_from`` makes the checked JobPlan from them.
+
+The options layer, between `runs` (below) and `api` / `cli` (above it).
 """
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     from .chain.spec import check_length
     from .jobscript import plan_job
     from .site.registry import choose_site
-    from .submission import new_jobdir
+    from .runs.submission import new_jobdir
     from .walltime import two_part_reading
 
     export = _horovod_exports(opts.export, opts.horovod, opts.lms) or []
@@ -207,7 +209,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
         plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if opts.chain is None:
         return plan, None
-    from .chain.submit import plan_chain, segment_plan
+    from .runs.chain import plan_chain, segment_plan
 
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)
     return segment_plan(plan, run, 1, logs_dir=logs_dir), run

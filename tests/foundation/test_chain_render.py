@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.job_output import assert_golden, directives, normalize
 
-from wmlce_tools.chain.submit import plan_chain, segment_plan
+from wmlce_tools.runs.chain import plan_chain, segment_plan
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site

@@ -117,7 +117,7 @@ def test_staged_scripts_pass_bash_n(site, program, shared_env, tmp_path):
 
 
 def test_a_chain_keeps_the_copies_for_its_next_segment_and_the_last_removes_them(program, shared_env, tmp_path):
-    from wmlce_tools.chain.submit import plan_chain, segment_plan
+    from wmlce_tools.runs.chain import plan_chain, segment_plan
 
     plan = plan_job(get_site("frontier"), ResourceRequest(conda_env=str(shared_env), stage_env="on", **SITES["frontier"]),
                     [str(program)], jobdir=tmp_path / "run" / "segment-1", workdir=Path("/work/proj"))

@@ -1,6 +1,10 @@
 """Launchers, registered by name: each turns a Layout into the command line that starts the
 ranks.  The site profile's ``launcher`` picks one; ``ddlrun`` and the job scripts use the
-same function, so what a script promises is what runs."""
+same function, so what a script promises is what runs.
+
+A layer with `schedulers` and `env`.  May import: `layout`, `site` and the foundation; never
+`schedulers`, `env` or anything above.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,6 +1,13 @@
 """Schedulers, registered by name: each module knows its template, how to submit a script,
 how to read the submit reply, and (for the job lifecycle) how to ask for status and cancel.
-The site profile's ``scheduler`` picks one."""
+The site profile's ``scheduler`` picks one.
+
+A layer with `launchers` and `env`: also the job states every scheduler's states map to
+(`states.py`), the passthrough directives in each scheduler's spelling (`passthrough.py`), the
+one path that runs scheduler commands (`commands.py`) and the local site's runner
+(`local_run.py`).  May import: `layout`, `site` and the foundation (`errors`, `walltime`,
+`quoting`, ...).  Never `launchers`, `env` or anything above.
+"""
 from __future__ import annotations
 
 import abc
@@ -14,7 +21,7 @@ from .commands import run as run_command
 if TYPE_CHECKING:  # the registry's state set; imported lazily so `wml render` stays light
     import subprocess
 
-    from ..jobs.states import JobState
+    from .states import JobState
 
 #: what a status query learned: (state, exit code when the job has ended and it is known),
 #: optionally followed by the scheduler's reason word (Slurm: ``DependencyNeverSatisfied``)

@@ -43,7 +43,7 @@ CONTROLLER = Controller(
 
 
 def map_state(word: str):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     return JobState[STATES.get(word.strip().lower(), "UNKNOWN")]
 
@@ -128,7 +128,7 @@ class Cobalt(Scheduler):
         return None
 
     def parse_cobaltlog(self, text: str):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         m = _LOG_EXIT.search(text)
         if m:

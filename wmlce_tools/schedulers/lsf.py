@@ -52,7 +52,7 @@ CONTROLLER = Controller(
 
 
 def map_state(word: str):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     return JobState[STATES.get(word.strip().upper(), "UNKNOWN")]
 
@@ -98,7 +98,7 @@ class LSF(Scheduler):
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
         """``STAT EXIT_CODE`` words (``-noheader -o "stat exit_code"``) or the default table
         (``JOBID USER STAT QUEUE ...``).  EXIT_CODE is ``-`` until the job exits non-zero."""
-        from ..jobs.states import JobState
+        from .states import JobState
 
         text = stdout + "\n" + stderr
         lines = [ln for ln in stdout.splitlines() if ln.strip() and not _NOT_FOUND.search(ln)]
@@ -138,7 +138,7 @@ class LSF(Scheduler):
         return None
 
     def parse_job_report(self, text: str):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         if "Successfully completed." in text:
             return JobState.COMPLETED, 0

@@ -72,7 +72,7 @@ def _seconds(text) -> Optional[int]:
 
 def final_state(job: dict):
     """(JobState, exit code) of a finished job's record (``qstat -x -f -F json``)."""
-    from ..jobs.states import JobState
+    from .states import JobState
 
     code = job.get("Exit_status")
     if code is None:                       # deleted before it ran
@@ -120,7 +120,7 @@ class PBS(Scheduler):
         return [StatusQuery(["qstat", "-x", "-f", "-F", "json", job_id], self.parse_status)]
 
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         if _UNKNOWN.search(stderr + stdout):
             return None

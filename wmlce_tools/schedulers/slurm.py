@@ -62,7 +62,7 @@ CONTROLLER = Controller(
 
 def map_state(text: str):
     """A Slurm state word (``CANCELLED by 0``, ``COMPLETED+`` allowed) -> JobState."""
-    from ..jobs.states import JobState
+    from .states import JobState
 
     word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
     return JobState[STATES[word]] if word in STATES else JobState.UNKNOWN
@@ -78,7 +78,7 @@ def parse_exit_code(text: str):
 
 
 def _final(state, code):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     if state in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN):
         return state, None

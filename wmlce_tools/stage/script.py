@@ -15,7 +15,7 @@ from typing import List, Optional
 from wmlce_tools.errors import WmlError
 from wmlce_tools.quoting import sh_join, sh_quote
 
-from .place import FROM_VAR, NODE_PREFIX_VAR, NODE_TOKEN
+from ..ddlrun.place import FROM_VAR, NODE_PREFIX_VAR, NODE_TOKEN
 
 #: overrides the site profile's place (tests; a user's own node-local directory)
 PLACE_VAR = "WML_STAGE_PLACE"

@@ -13,6 +13,11 @@ exception on rank 0 is raised again here, with the remote traceback as its cause
 call is a sweep of one trial (``map``: one trial per item), so ``wml jobs/status/logs`` and
 ``wml sweep show`` see it; each trial's result is ``trials/<i>/result.pkl`` in the run's
 directory.  The ``wml sweep`` command is built on :func:`sweep` and :func:`resume` here.
+
+The API layer, above `options` (`wmlce_tools.submit`, `map`, `sweep`, `resume` are these, imported on
+first use by `wmlce_tools/__init__.py`); `remote.py` runs a sent call on every rank
+(`python -m wmlce_tools.api.remote`).  May import `options`, `runs`, `jobs` and everything
+below; never `cli`.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
 
-from .errors import WmlError
+from ..errors import WmlError
 
 POLL_S = 0.5
 CALLS_FILE = "calls.pkl"
@@ -49,7 +54,7 @@ class RemoteError(WmlError):
 def job_options(opts=None, **options):
     """The one JobOptions (``wml submit``'s options, ``wmlce_tools.options``): ``opts`` as given,
     else built from keyword options (an unknown name is one WmlError naming the closest)."""
-    from .options import JobOptions
+    from ..options import JobOptions
 
     if opts is not None and options:
         raise WmlError(f"give the job options either as opts= or as keywords, not both ({', '.join(options)})")
@@ -58,8 +63,8 @@ def job_options(opts=None, **options):
 
 def request(opts):
     """(SiteProfile, ResourceRequest) of a JobOptions, everything checked."""
-    from .options import request_from
-    from .site.registry import choose_site
+    from ..options import request_from
+    from ..site.registry import choose_site
 
     if opts.chain is not None or opts.checkpoint_dir is not None or opts.signal_margin is not None:
         raise WmlError("--chain, --checkpoint-dir and --signal-margin do not go with a sweep (each trial is one job)")
@@ -75,8 +80,8 @@ def _base_dir() -> Path:
 def plan(program: Sequence[str], trials, *, max_running: Optional[int] = None, pack: Optional[int] = None,
          preview: bool = False, run_dir: Optional[Path] = None, opts=None, **options):
     """The checked SweepPlan of ``program`` over ``trials`` (nothing written)."""
-    from .sweeps.plan import SweepOptions, plan_sweep
-    from .sweeps.submit import new_run_dir
+    from ..runs.sweep_plan import SweepOptions, plan_sweep
+    from ..runs.sweep_submit import new_run_dir
 
     sweep_opts = SweepOptions(max_running=max_running, pack=pack)   # checked before the site
     profile, req = request(job_options(opts, **options))
@@ -88,8 +93,8 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
           seeds: Optional[int] = None, max_running: Optional[int] = None, pack: Optional[int] = None,
           out: Callable[[str], None] = sys.stdout.write, **options) -> "Sweep":
     """Submit ``program`` (``{name}`` fields in its arguments) once per trial of the grid."""
-    from .sweeps.grid import build_trials
-    from .sweeps.submit import submit_sweep
+    from ..sweeps.grid import build_trials
+    from ..runs.sweep_submit import submit_sweep
 
     trials = build_trials(params, params_file, seeds)
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
@@ -99,13 +104,13 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
 
 def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write) -> "Sweep":
     """Submit again only the trials of ``run`` that failed, were cancelled or never ran."""
-    from .resources import ResourceRequest
-    from .site.registry import choose_site
-    from .sweeps import record
-    from .sweeps.grid import Trial
-    from .sweeps.plan import SweepOptions, plan_sweep
-    from .sweeps.submit import submit_sweep
-    from .sweeps.view import find_run
+    from ..resources import ResourceRequest
+    from ..site.registry import choose_site
+    from ..sweeps import record
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_plan import SweepOptions, plan_sweep
+    from ..runs.sweep_submit import submit_sweep
+    from ..runs.sweep_view import find_run
 
     v = find_run(str(run))
     if v.live:
@@ -144,8 +149,8 @@ class Sweep:
         return self.run_dir.name
 
     def view(self, refresh: bool = True):
-        from .sweeps import record
-        from .sweeps.view import view
+        from ..sweeps import record
+        from ..runs.sweep_view import view
 
         return view(self.run_dir, record.require(self.run_dir), refresh=refresh)
 
@@ -166,7 +171,7 @@ class Sweep:
             time.sleep(poll_s)
 
     def logs(self, trial: int = 0) -> str:
-        from .sweeps import record
+        from ..sweeps import record
 
         path = record.trial_dir(self.run_dir, trial) / record.OUTPUT_FILE
         try:
@@ -176,7 +181,7 @@ class Sweep:
 
     def cancel(self) -> List[str]:
         """Cancel every job of the sweep still queued or running (its array, its allocation)."""
-        from .jobs.lifecycle import cancel
+        from ..jobs.lifecycle import cancel
 
         done = []
         for j in self.view().jobs:
@@ -194,7 +199,7 @@ class Sweep:
 
     def results(self, timeout: Optional[float] = None) -> List[Any]:
         self.wait(timeout)
-        from .sweeps import record
+        from ..sweeps import record
 
         n = record.require(self.run_dir).size
         return [_load_result(self.run_dir, i, self.logs(i)) for i in range(n)]
@@ -206,7 +211,7 @@ Job = Sweep
 def _load_result(run_dir: Path, trial: int, logs: str) -> Any:
     import cloudpickle
 
-    from .sweeps import record
+    from ..sweeps import record
 
     path = record.trial_dir(run_dir, trial) / record.RESULT_FILE
     try:
@@ -230,8 +235,8 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
                   out: Callable[[str], None] = None, **options) -> Sweep:
     import cloudpickle
 
-    from .sweeps.grid import Trial
-    from .sweeps.submit import submit_sweep, write_run_dir
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_submit import submit_sweep, write_run_dir
 
     if not callable(fn):
         raise WmlError(f"submit: {fn!r} is neither a program (a list of words or a path) nor a function")
@@ -247,7 +252,7 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
         name = "".join(c for c in f"py-{getattr(fn, '__name__', 'fn')}" if c.isalnum() or c in "-_.")[:40]
         opts = opts.replace(job_name=name)
     options = {"opts": opts}
-    program = [sys.executable, "-m", "wmlce_tools.remote", "{call}"]
+    program = [sys.executable, "-m", "wmlce_tools.api.remote", "{call}"]
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
     write_run_dir(sp, extra={CALLS_FILE: blob})
     result = submit_sweep(sp, out=out or (lambda s: sys.stderr.write(s)), new=False)
@@ -270,8 +275,8 @@ def _words(args) -> List[str]:
 
 
 def _submit_program(program: List[str], out: Callable[[str], None] = None, **options) -> Sweep:
-    from .sweeps.grid import Trial
-    from .sweeps.submit import submit_sweep
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_submit import submit_sweep
 
     sp = plan(program, [Trial(0, ())], **options)
     result = submit_sweep(sp, out=out or sys.stdout.write)
