@@ -41,9 +41,6 @@ if TYPE_CHECKING:
     from .stage.script import StagePlan
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
-JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
-               "local": "WML_JOB_ID"}
-
 
 @dataclass(frozen=True)
 class SweepLaunch:
@@ -91,7 +88,7 @@ class JobPlan:
         seg = self.segment
         keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
         stage = dataclasses.replace(self.stage, keep=True) if keep else self.stage
-        return (*stage.lines(JOB_ID_VARS[self.site.scheduler]), *self.staged_env_lines)
+        return (*stage.lines(self.scheduler.job_id_var), *self.staged_env_lines)
 
     def _stage_word(self, field: str) -> Optional[str]:
         return getattr(self.site.stage_env, field) if self.stage is not None else None
@@ -336,15 +333,17 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
                    python=python if program and program[0] == python[0] else (None, ""))
 
 
-@lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
+@lru_cache(maxsize=8)
+def _jinja(template_dir: Optional[str] = None) -> jinja2.Environment:
+    """wml's templates; a plugin scheduler's ``template_dir`` first, so that its template is found
+    and may include wml's ``_body.sh.j2``."""
     cache = cache_dir()
     bcc = None
     if cache is not None:  # compiled templates, checked against the template's mtime
         (cache / "templates").mkdir(exist_ok=True)
         bcc = jinja2.FileSystemBytecodeCache(str(cache / "templates"))
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        loader=jinja2.FileSystemLoader([*([template_dir] if template_dir else []), str(data_dir("templates"))]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
     env.filters["q"] = sh_quote
@@ -399,7 +398,7 @@ def render_script(plan: JobPlan) -> str:
         modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports],
-        job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
+        job_id_var=plan.scheduler.job_id_var, layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall), extra_directives=plan.passthrough.lines,
         launcher_line=sh_join(plan.launcher_argv),
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
@@ -412,4 +411,4 @@ def render_script(plan: JobPlan) -> str:
                    ddlrun_line=plan.sweep.launch_line, lsf_job_name=plan.sweep.lsf_job_name or plan.request.job_name)
         if plan.sweep.launcher_line:
             ctx["launcher_line"] = plan.sweep.launcher_line
-    return _jinja().get_template(plan.scheduler.template).render(**ctx)
+    return _jinja(plan.scheduler.template_dir).get_template(plan.scheduler.template).render(**ctx)

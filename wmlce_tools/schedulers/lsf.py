@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import WmlError
 from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
-               register, tool_failure)
+               tool_failure)
 
 _REPLY = re.compile(r"Job <(\d+)> is submitted")
 _NOT_FOUND = re.compile(r"Job <\d+(?:\[\d+\])?> is not found|No matching job found|No job found", re.I)
@@ -62,10 +62,10 @@ def _code(text: str):
     return int(text) if text.isdigit() else None
 
 
-@register
 class LSF(Scheduler):
     name = "lsf"
     template = "lsf.sh.j2"
+    job_id_var = "LSB_JOBID"
     submit_tool = "bsub"
     missing_hint = "run this on a Summit login node, or use --dry-run"
     submit_via_stdin = True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import WmlError
 from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
-               register, tool_failure)
+               tool_failure)
 
 _REPLY = re.compile(r"(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
 _INVALID_JOB = re.compile(r"Invalid job id", re.I)
@@ -85,10 +85,10 @@ def _final(state, code):
     return state, code
 
 
-@register
 class Slurm(Scheduler):
     name = "slurm"
     template = "slurm.sh.j2"
+    job_id_var = "SLURM_JOB_ID"
     submit_tool = "sbatch"
     missing_hint = "run this on a login node of the Slurm cluster, or use --dry-run"
     controller = CONTROLLER
