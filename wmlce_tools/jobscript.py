@@ -81,14 +81,22 @@ class JobPlan:
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
 
     @property
+    def _stage_plan(self) -> "StagePlan":
+        seg = self.segment
+        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
+        return dataclasses.replace(self.stage, keep=True) if keep else self.stage
+
+    @property
     def env_script_lines(self) -> Tuple[str, ...]:
         """The env's lines in the job script: staging first when the job stages it."""
         if self.stage is None:
             return self.env_lines
-        seg = self.segment
-        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
-        stage = dataclasses.replace(self.stage, keep=True) if keep else self.stage
-        return (*stage.lines(self.scheduler.job_id_var), *self.staged_env_lines)
+        return (*self._stage_plan.lines(self.scheduler.job_id_var), *self.staged_env_lines)
+
+    @property
+    def stage_end_command(self) -> str:
+        """The end of the staged env's use, as a shell line (a chain's step runs it itself)."""
+        return self._stage_plan.end_command(self.scheduler.job_id_var)
 
     def _stage_word(self, field: str) -> Optional[str]:
         return getattr(self.site.stage_env, field) if self.stage is not None else None
@@ -360,24 +368,24 @@ def _pbs_resources(plan: JobPlan, minutes: int) -> List[str]:
 
 
 def _chain_context(plan: JobPlan) -> Optional[dict]:
-    """What the templates need for one segment of a chain (None for a plain job)."""
+    """What the templates need for one segment of a chain (None for a plain job): the one step
+    that runs ddlrun and ends the segment (``chain/segment.py``)."""
     seg = plan.segment
     if seg is None:
         return None
-    from ddl_runtime.checkpoint.protocol import EXIT_RESUME, FINISHED_FILE
-
-    chain, warns = seg.chain, plan.site.scheduler_warns
-    return dict(
-        index=seg.index, length=chain.length, run_id=chain.run_id, signal=chain.signal,
-        margin_s=chain.margin_s, margin_minutes=-(-chain.margin_s // 60), scheduler_warns=warns,
-        timer_s=None if warns else chain.walltime_s - chain.margin_s,
-        warning_from="the scheduler's warning before the walltime" if warns else "this script's timer: the walltime is near",
-        finished_name=FINISHED_FILE, exit_resume=EXIT_RESUME,
-        scheduler_title={"pbs": "PBS Pro", "cobalt": "Cobalt", "local": "The local site"}.get(plan.site.scheduler, plan.site.scheduler),
-        end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end",
-                             # Cobalt runs a dependent job only after an exit status of 0 (segment_end.py)
-                             *(["--afterok-only"] if plan.site.scheduler == "cobalt" else []),
-                             str(chain.run_dir), str(seg.index)]))
+    chain = seg.chain
+    step = [sys.executable, "-m", "wmlce_tools.chain.segment", str(chain.run_dir), str(seg.index)]
+    if not plan.site.scheduler_warns:      # no warning before the walltime: the step's own timer
+        step += ["--timer", str(chain.walltime_s - chain.margin_s)]
+    if plan.site.scheduler == "cobalt":    # Cobalt runs a dependent job only after an exit status of 0 (segment_end.py)
+        step.append("--afterok-only")
+    line = sh_join(step)
+    if plan.stage is not None:             # exec runs no EXIT trap: the step ends the staged env's use itself
+        line += " --then " + plan.stage_end_command
+    ddlrun = plan.sweep.launch_line if plan.sweep is not None else sh_join(plan.ddlrun_argv)
+    return dict(index=seg.index, length=chain.length, run_id=chain.run_id, signal=chain.signal,
+                margin_s=chain.margin_s, margin_minutes=-(-chain.margin_s // 60),
+                scheduler_warns=plan.site.scheduler_warns, step_line=f"{line} -- {ddlrun}")
 
 
 def render_script(plan: JobPlan) -> str:

@@ -7,8 +7,11 @@ checkpoint directory.  The names shared with the runtime live in
   written or submitted (the job script reads a ``Segment``).
 - ``record``: the run's directory (``chain.json``: every segment's job id; what each segment
   ended with), read by ``wml jobs`` / ``status`` / ``logs``.
-- ``segment_end``: what a segment's job script runs when ddlrun has ended: FINISHED and
-  cancelling the rest, or the line saying which segment resumes.
+- ``segment``: the job script's one step (``exec python -m wmlce_tools.chain.segment ... --
+  ddlrun ...``): the walltime timer, the stop signal passed to ddlrun and asked again until it
+  ends, ddlrun's status, the staged env's end, then ``segment_end``.
+- ``segment_end``: what a segment does when ddlrun has ended: FINISHED and cancelling the rest,
+  or the line saying which segment resumes.
 
 Submitting the segments is ``runs/chain.py``, the run's view ``runs/chain_view.py``, what
 ``wml submit --chain`` prints ``cli/chain.py``.  May import: ``schedulers`` and the layers
