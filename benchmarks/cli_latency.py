@@ -6,6 +6,12 @@ Runs each command REPEAT times through the installed `wml` console script (its o
 interpreter, as a user runs it), interleaved with a bare `python -c pass` so the machine's
 load shows in the same table.  Reports median and 90th percentile wall time, and CPU time
 (user + sys of the child), which is less sensitive to other processes on a shared box.
+
+    python benchmarks/cli_latency.py --trees OLD NEW [--repeat 20]
+
+Old code beside new in one run: each case as ``python -m wmlce_tools ...`` with PYTHONPATH set to
+each source tree in turn (e.g. ``git worktree add /tmp/old main``), interleaved, with the ratio
+new / old of the medians.
 """
 from __future__ import annotations
 
@@ -35,7 +41,10 @@ def run(argv, cwd, env):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="compare two source trees")
     args = ap.parse_args()
+    if args.trees:
+        return compare(args.trees, args.repeat)
     beside = Path(sys.executable).parent / "wml"  # the venv's script, not a pyenv/shell shim
     wml = str(beside) if beside.exists() else shutil.which("wml") or sys.exit("wml is not installed (pip install .)")
     py = Path(open(wml).readline()[2:].strip())  # the console script's own interpreter
@@ -63,6 +72,35 @@ def main() -> None:
         cpus = sorted(c for _, c in rows)
         p90 = walls[int(0.9 * (len(walls) - 1))]
         print(f"| `{name}` | {statistics.median(walls):.3f} | {p90:.3f} | {statistics.median(cpus):.3f} |")
+
+
+def compare(trees, repeat: int) -> None:
+    work = Path(tempfile.mkdtemp())
+    (work / "train.py").write_text("print('hi')\n")
+    cases = {
+        "wml --help": ["--help"],
+        "wml render --site summit --nodes 18 -P abc train.py": ["render", "--site", "summit", "--nodes", "18", "-P", "abc",
+                                                               "train.py"],
+        "wml render (local site, detected)": ["render", "--nodes", "2", "train.py"],
+    }
+    envs = [dict(os.environ, PYTHONPATH=str(Path(t).resolve()), WML_JOBS_DIR=str(work / "jobs")) for t in trees]
+    argv = lambda case: [sys.executable, "-m", "wmlce_tools", *cases[case]]  # noqa: E731
+    for case in cases:  # warm the page cache and wml's caches, for both trees
+        for env in envs:
+            run(argv(case), work, env)
+    results = {(case, i): [] for case in cases for i in range(2)}
+    for _ in range(repeat):
+        for case in cases:
+            for i, env in enumerate(envs):
+                results[(case, i)].append(run(argv(case), work, env))
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.2f}, python {platform.python_version()}, repeat {repeat}")
+    print("| command | old median wall (s) | new median wall (s) | new/old wall | old CPU (s) | new CPU (s) | new/old CPU |")
+    print("|---|---|---|---|---|---|---|")
+    for case in cases:
+        (ow, oc), (nw, nc) = [(statistics.median(w for w, _ in results[(case, i)]),
+                               statistics.median(c for _, c in results[(case, i)])) for i in range(2)]
+        print(f"| `{case}` | {ow:.3f} | {nw:.3f} | {nw / ow:.2f} | {oc:.3f} | {nc:.3f} | {nc / oc:.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 Everything is checked here, before anything is written: the site limits, the layout, the
 program, every value that becomes a directive.  Rendering is pure (no files, no processes)
 so ``wml render`` and ``wml submit --dry-run`` stay fast.
+
+The job-script layer (beside `jobs`): may import `chain`, `stage`, `sweeps`, `ddlrun`,
+`schedulers`, `launchers`, `env`, `layout`, `site` and the foundation; never `jobs`, `runs`,
+`options`, `api` or `cli`.
 """
 from __future__ import annotations
 
@@ -20,13 +24,14 @@ import jinja2
 
 from ._version import __version__
 from .cache import cache_dir
+from .ddlrun.exe import ddlrun_exe
 from .errors import WmlError
 from .fabric.resolve import fabric_for
 from .fabric.script import script_lines
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, choose_queue, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
-from .passthrough import Passthrough, passthrough
+from .schedulers.passthrough import Passthrough, passthrough
 from .resources import ResourceRequest
 from .resources_data import data_dir
 from .schedulers import Scheduler, get_scheduler
@@ -39,9 +44,6 @@ if TYPE_CHECKING:
     from .stage.script import StagePlan
 
 ERF_PLACEHOLDER = "<ERF written by ddlrun>"
-JOB_ID_VARS = {"lsf": "LSB_JOBID", "cobalt": "COBALT_JOBID", "slurm": "SLURM_JOB_ID", "pbs": "PBS_JOBID",
-               "local": "WML_JOB_ID"}
-
 
 @dataclass(frozen=True)
 class SweepLaunch:
@@ -85,14 +87,22 @@ class JobPlan:
     container: Optional["ContainerLaunch"] = None   # --container: each rank runs in the image
 
     @property
+    def _stage_plan(self) -> "StagePlan":
+        seg = self.segment
+        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
+        return dataclasses.replace(self.stage, keep=True) if keep else self.stage
+
+    @property
     def env_script_lines(self) -> Tuple[str, ...]:
         """The env's lines in the job script: staging first when the job stages it."""
         if self.stage is None:
             return self.env_lines
-        seg = self.segment
-        keep = seg is not None and seg.index < seg.chain.length     # the next segment reuses the copies
-        stage = dataclasses.replace(self.stage, keep=True) if keep else self.stage
-        return (*stage.lines(JOB_ID_VARS[self.site.scheduler]), *self.staged_env_lines)
+        return (*self._stage_plan.lines(self.scheduler.job_id_var), *self.staged_env_lines)
+
+    @property
+    def stage_end_command(self) -> str:
+        """The end of the staged env's use, as a shell line (a chain's step runs it itself)."""
+        return self._stage_plan.end_command(self.scheduler.job_id_var)
 
     def _stage_word(self, field: str) -> Optional[str]:
         return getattr(self.site.stage_env, field) if self.stage is not None else None
@@ -153,7 +163,7 @@ class JobPlan:
     @property
     def ddlrun_argv(self) -> List[str]:
         lay = self.layout
-        argv = [*_ddlrun_exe(self.site), "--site", self.site.name, "-n", str(lay.size),
+        argv = [*ddlrun_exe(), "--site", self.site.name, "-n", str(lay.size),
                 "--ranks-per-node", str(lay.ranks_per_node),
                 "--gpus-per-rank", str(lay.gpus_per_rank),
                 *(["--ranks-per-gpu", str(lay.ranks_per_gpu)] if lay.ranks_per_gpu > 1 else []),
@@ -199,19 +209,6 @@ class JobPlan:
         ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf, extra_args=extra,
                             hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
         return launch_command(self.layout, ctx, program)
-
-
-def _ddlrun_exe(site: SiteProfile) -> List[str]:
-    """wml's own ``ddlrun``, by absolute path: the one beside this Python (the venv need not be
-    on the job's PATH), else the one on PATH, else this Python running the module.  Never a
-    bare ``ddlrun``: on Summit ``module load ibm-wml-ce`` puts IBM's ddlrun first on PATH."""
-    beside = Path(sys.executable).parent / "ddlrun"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("ddlrun")
-    if found:
-        return [os.path.abspath(found)]
-    return [sys.executable, "-m", "wmlce_tools.ddlrun.cli"]
 
 
 def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:
@@ -381,15 +378,17 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
                    queue_why=choice.why if not passed.queue else None)
 
 
-@lru_cache(maxsize=1)
-def _jinja() -> jinja2.Environment:
+@lru_cache(maxsize=8)
+def _jinja(template_dir: Optional[str] = None) -> jinja2.Environment:
+    """wml's templates; a plugin scheduler's ``template_dir`` first, so that its template is found
+    and may include wml's ``_body.sh.j2``."""
     cache = cache_dir()
     bcc = None
     if cache is not None:  # compiled templates, checked against the template's mtime
         (cache / "templates").mkdir(exist_ok=True)
         bcc = jinja2.FileSystemBytecodeCache(str(cache / "templates"))
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        loader=jinja2.FileSystemLoader([*([template_dir] if template_dir else []), str(data_dir("templates"))]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
         keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
     env.filters["q"] = sh_quote
@@ -406,24 +405,24 @@ def _pbs_resources(plan: JobPlan, minutes: int) -> List[str]:
 
 
 def _chain_context(plan: JobPlan) -> Optional[dict]:
-    """What the templates need for one segment of a chain (None for a plain job)."""
+    """What the templates need for one segment of a chain (None for a plain job): the one step
+    that runs ddlrun and ends the segment (``chain/segment.py``)."""
     seg = plan.segment
     if seg is None:
         return None
-    from ddl_runtime.checkpoint.protocol import EXIT_RESUME, FINISHED_FILE
-
-    chain, warns = seg.chain, plan.site.scheduler_warns
-    return dict(
-        index=seg.index, length=chain.length, run_id=chain.run_id, signal=chain.signal,
-        margin_s=chain.margin_s, margin_minutes=-(-chain.margin_s // 60), scheduler_warns=warns,
-        timer_s=None if warns else chain.walltime_s - chain.margin_s,
-        warning_from="the scheduler's warning before the walltime" if warns else "this script's timer: the walltime is near",
-        finished_name=FINISHED_FILE, exit_resume=EXIT_RESUME,
-        scheduler_title={"pbs": "PBS Pro", "cobalt": "Cobalt", "local": "The local site"}.get(plan.site.scheduler, plan.site.scheduler),
-        end_command=sh_join([sys.executable, "-m", "wmlce_tools.chain.segment_end",
-                             # Cobalt runs a dependent job only after an exit status of 0 (segment_end.py)
-                             *(["--afterok-only"] if plan.site.scheduler == "cobalt" else []),
-                             str(chain.run_dir), str(seg.index)]))
+    chain = seg.chain
+    step = [sys.executable, "-m", "wmlce_tools.chain.segment", str(chain.run_dir), str(seg.index)]
+    if not plan.site.scheduler_warns:      # no warning before the walltime: the step's own timer
+        step += ["--timer", str(chain.walltime_s - chain.margin_s)]
+    if plan.site.scheduler == "cobalt":    # Cobalt runs a dependent job only after an exit status of 0 (segment_end.py)
+        step.append("--afterok-only")
+    line = sh_join(step)
+    if plan.stage is not None:             # exec runs no EXIT trap: the step ends the staged env's use itself
+        line += " --then " + plan.stage_end_command
+    ddlrun = plan.sweep.launch_line if plan.sweep is not None else sh_join(plan.ddlrun_argv)
+    return dict(index=seg.index, length=chain.length, run_id=chain.run_id, signal=chain.signal,
+                margin_s=chain.margin_s, margin_minutes=-(-chain.margin_s // 60),
+                scheduler_warns=plan.site.scheduler_warns, step_line=f"{line} -- {ddlrun}")
 
 
 def render_script(plan: JobPlan) -> str:
@@ -445,7 +444,7 @@ def render_script(plan: JobPlan) -> str:
         constraint=plan.constraint,
         exports=[(k, sh_quote(v)) for k, v in plan.exports], fabric_lines=plan.fabric_lines,
         job_dir=sh_quote(str(plan.jobdir)),
-        job_id_var=JOB_ID_VARS[site.scheduler], layout_description=lay.describe(),
+        job_id_var=plan.scheduler.job_id_var, layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall),
         extra_directives=[*(plan.container.directives(site.scheduler) if plan.container else ()), *plan.passthrough.lines],
         container_lines=plan.container.script_lines() if plan.container else (),
@@ -461,4 +460,4 @@ def render_script(plan: JobPlan) -> str:
                    ddlrun_line=plan.sweep.launch_line, lsf_job_name=plan.sweep.lsf_job_name or plan.request.job_name)
         if plan.sweep.launcher_line:
             ctx["launcher_line"] = plan.sweep.launcher_line
-    return _jinja().get_template(plan.scheduler.template).render(**ctx)
+    return _jinja(plan.scheduler.template_dir).get_template(plan.scheduler.template).render(**ctx)

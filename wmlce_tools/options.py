@@ -4,6 +4,8 @@ job) take them as command-line options, and Python callers build the same ``JobO
 Each field of ``JobOptions`` carries its typer option (names, help) in its annotation and its
 default as the field's default; ``job_options`` turns a command ``f(..., opts: JobOptions, ...)``
 into one with those options, and ``plan_from`` makes the checked JobPlan from them.
+
+The options layer, between `runs` (below) and `api` / `cli` (above it).
 """
 from __future__ import annotations
 
@@ -212,7 +214,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     from .chain.spec import check_length
     from .jobscript import plan_job
     from .site.registry import choose_site
-    from .submission import new_jobdir
+    from .runs.submission import new_jobdir
     from .walltime import check_two_part
 
     export = _horovod_exports(opts.export, opts.horovod, opts.lms) or []
@@ -232,7 +234,7 @@ def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive
     qos = profile.qos.get(opts.qos) if opts.qos else None
     if qos is not None and not qos.chains:
         raise WmlError(f"--chain: {profile.name}'s QOS {opts.qos!r} takes no job chains ({qos.description})")
-    from .chain.submit import plan_chain, segment_plan
+    from .runs.chain import plan_chain, segment_plan
 
     run = plan_chain(plan, jobdir, opts.chain, opts.checkpoint_dir, opts.signal_margin, walltime_s)
     return segment_plan(plan, run, 1, logs_dir=logs_dir), run

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.job_output import assert_golden, directives, normalize
 
-from wmlce_tools.chain.submit import plan_chain, segment_plan
+from wmlce_tools.runs.chain import plan_chain, segment_plan
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
@@ -64,7 +64,7 @@ def test_slurm_asks_for_the_signal_and_depends_afterany(program):
     assert "#SBATCH --signal=B:USR1@150" in d and "#SBATCH --dependency=afterany:4242" in d
     first = render_segment("slurm-gpu", program, index=1, after="99", **CHAIN_JOBS["slurm-gpu"])
     assert "#SBATCH --dependency=afterok:99" in directives(first, "#SBATCH")   # --after holds the first segment
-    assert "kill -s USR1 $$" not in first  # Slurm warns: no timer of the script's own
+    assert "--timer" not in first  # Slurm warns: no timer of the script's own
 
 
 def test_lsf_warning_is_in_whole_minutes_rounded_up(program):
@@ -79,7 +79,7 @@ def test_timer_sites_count_down_walltime_minus_margin(site, dep, program):
     kw = dict(CHAIN_JOBS[site], walltime=30)
     script = render_segment(site, program, margin="0:01:00", **kw)
     assert dep in script
-    assert "sleep 1740; kill -s USR1 $$" in script          # 30 min - 1 min
+    assert " -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 --timer 1740 " in script   # 30 min - 1 min
     assert "--signal" not in script and "-wa" not in script
 
 

@@ -93,3 +93,28 @@ def test_the_top_of_ddl_runtime_holds_only_its_public_modules():
     assert len(top) <= 8, top
     assert set(top) <= {"__init__", "__main__", "bench", "errors", "keras", "resnet50", "tensorflow", "timeline",
                         "torch"}, top
+
+
+def test_an_upward_import_breaks_wmlce_tools_layers(tree):
+    # what the job side had before its layers: a scheduler reaching up into the job registry
+    add_line(tree / "wmlce_tools" / "schedulers" / "slurm.py", "from ..jobs import registry  # noqa: F401")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "wmlce_tools: each layer imports only the layers below it BROKEN" in result.stdout
+    assert "wmlce_tools.schedulers.slurm -> wmlce_tools.jobs.registry" in result.stdout
+
+
+def test_a_lazy_upward_import_breaks_wmlce_tools_layers_too(tree):
+    # a chain's record reaching up into the submission inside a function (as submission.py
+    # and chain/ once imported each other)
+    record = tree / "wmlce_tools" / "chain" / "record.py"
+    record.write_text(record.read_text() + "\n\ndef _later():\n    from ..runs import submission  # noqa: F401\n")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert "wmlce_tools.chain.record -> wmlce_tools.runs.submission" in result.stdout
+
+
+def test_each_wmlce_tools_package_says_what_it_may_import():
+    for init in sorted((REPO / "wmlce_tools").glob("*/__init__.py")):
+        doc = init.read_text().split('"""')[1]
+        assert "may import" in doc.lower(), init

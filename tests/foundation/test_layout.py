@@ -119,12 +119,14 @@ def test_more_ranks_than_gpus_must_say_cpu_only():
 
 
 def test_schema_and_registries_name_the_same_schedulers_and_launchers():
-    """A scheduler or launcher the site schema accepts must exist, and the reverse."""
-    import typing
-
+    """A scheduler or launcher the site schema accepts must exist, and the reverse: each of wml's
+    own names loads (a Scheduler, a launch function) from the one registry."""
     from wmlce_tools import launchers, schedulers
-    from wmlce_tools.site.schema import SiteProfile
+    from wmlce_tools.site.schema import json_schema
 
-    hints = typing.get_type_hints(SiteProfile)
-    assert sorted(typing.get_args(hints["scheduler"])) == schedulers.names()
-    assert sorted(typing.get_args(hints["launcher"])) == launchers.names()
+    props = json_schema()["$defs"]["SiteProfile"]["properties"]
+    assert props["scheduler"]["enum"] == schedulers.names() == ["cobalt", "local", "lsf", "pbs", "slurm"]
+    assert props["launcher"]["enum"] == launchers.names() == ["aprun", "jsrun", "mpiexec", "pals", "srun"]
+    for name in schedulers.names():
+        sched = schedulers.get_scheduler(name)
+        assert sched.name == name and sched.job_id_var and sched.template == f"{name}.sh.j2"

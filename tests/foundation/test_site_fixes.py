@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from wmlce_tools.errors import WmlError
-from wmlce_tools.interactive import interactive_directives
+from wmlce_tools.runs.interactive import interactive_directives
 from wmlce_tools.jobscript import plan_job, render_script
 from wmlce_tools.layout import LayoutError, check_queue_limits, compile_layout
 from wmlce_tools.resources import ResourceRequest

@@ -274,7 +274,9 @@ def test_a_malformed_site_file_is_one_warning_unless_its_site_is_used(run_wml, p
         proc = run_wml(*args, env=env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr.splitlines() == [f"wml: warning: site file skipped: {extra / 'broken.yaml'}:2: scheduler: "
-                                            "Invalid enum value 'nope'"], proc.stderr
+                                            "Invalid enum value 'nope' (known: cobalt, local, lsf, pbs, slurm; a "
+                                            "package installed beside wml adds one through the entry point group "
+                                            "wml.schedulers)"], proc.stderr
     from test_cli import one_line_error
 
     one_line_error(run_wml("render", "-s", "broken", str(program), env=env), "broken.yaml:2: scheduler")

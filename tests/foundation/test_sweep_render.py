@@ -18,7 +18,7 @@ from helpers.job_output import assert_golden, directives
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
 from wmlce_tools.sweeps.grid import build_trials
-from wmlce_tools.sweeps.plan import SweepOptions, plan_sweep
+from wmlce_tools.runs.sweep_plan import SweepOptions, plan_sweep
 
 GOLDEN = Path(__file__).parent / "golden"
 GRID = ["lr=0.1,0.01", "bs=32,64,128"]

@@ -15,9 +15,9 @@ import pytest
 from wmlce_tools.errors import WmlError
 from wmlce_tools.jobs import lifecycle
 from wmlce_tools.jobs.registry import Registry
-from wmlce_tools.jobs.states import JobState
+from wmlce_tools.schedulers.states import JobState
 from wmlce_tools.schedulers import CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, SchedulerError
-from wmlce_tools.submission import SubmitResult
+from wmlce_tools.runs.submission import SubmitResult
 
 DOUBLES = Path(__file__).parent / "doubles"
 RECORDED = Path(__file__).parent / "recorded"

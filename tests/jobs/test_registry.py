@@ -14,7 +14,7 @@ import pytest
 
 from wmlce_tools.errors import WmlError
 from wmlce_tools.jobs.registry import JobRecord, Registry, default_path
-from wmlce_tools.jobs.states import FINAL_STATES, JobState
+from wmlce_tools.schedulers.states import FINAL_STATES, JobState
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from wmlce_tools.errors import WmlError
-from wmlce_tools.jobs.states import JobState
+from wmlce_tools.schedulers.states import JobState
 from wmlce_tools.schedulers import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, SchedulerError,
                                     get_scheduler)
 

@@ -15,8 +15,8 @@ from ddl_runtime.core.stats import RING, RunStats
 from ddl_runtime.errors import DDLInputError
 from wmlce_tools.errors import WmlError
 from wmlce_tools.report import report, summary
-from wmlce_tools.report.analysis import analyse, one_line
-from wmlce_tools.report.records import load
+from wmlce_tools.runstats.analysis import analyse, one_line
+from wmlce_tools.runstats.records import load
 
 REPO = Path(__file__).resolve().parents[2]
 

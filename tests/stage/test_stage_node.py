@@ -206,10 +206,10 @@ def test_a_virtualenv_is_staged_and_runs_from_its_copy(tmp_path):
 
 @pytest.mark.parametrize("key", ["CONDA_PREFIX", "VIRTUAL_ENV"])
 def test_a_rank_on_an_emulated_node_runs_from_its_nodes_copy_of_a_conda_env_or_a_virtualenv(key):
-    """The rank shim's step (stage.place.rank_environment): on emulated nodes the job script's
+    """The rank shim's step (ddlrun.place.rank_environment): on emulated nodes the job script's
     copy (node 0's) becomes this rank's node's, for a conda env (CONDA_PREFIX) and a virtualenv
     (VIRTUAL_ENV) alike, and PATH entries under the shared env or node 0's copy follow."""
-    from wmlce_tools.stage.place import FROM_VAR, NODE_PREFIX_VAR, rank_environment
+    from wmlce_tools.ddlrun.place import FROM_VAR, NODE_PREFIX_VAR, rank_environment
 
     env = {key: "/nl/node0/wml-env-e-1", NODE_PREFIX_VAR: "/nl/{node}/wml-env-e-1", FROM_VAR: "/shared/e",
            "PATH": "/nl/node0/wml-env-e-1/bin:/shared/e/sbin:/usr/bin"}

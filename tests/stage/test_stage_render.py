@@ -117,7 +117,7 @@ def test_staged_scripts_pass_bash_n(site, program, shared_env, tmp_path):
 
 
 def test_a_chain_keeps_the_copies_for_its_next_segment_and_the_last_removes_them(program, shared_env, tmp_path):
-    from wmlce_tools.chain.submit import plan_chain, segment_plan
+    from wmlce_tools.runs.chain import plan_chain, segment_plan
 
     plan = plan_job(get_site("frontier"), ResourceRequest(conda_env=str(shared_env), stage_env="on", **SITES["frontier"]),
                     [str(program)], jobdir=tmp_path / "run" / "segment-1", workdir=Path("/work/proj"))
@@ -126,9 +126,13 @@ def test_a_chain_keeps_the_copies_for_its_next_segment_and_the_last_removes_them
     def end_line(index):
         script = render_script(segment_plan(plan, chain, index, "41" if index > 1 else None))
         lines = script.splitlines()
-        # exec runs no EXIT trap: the end step is called before the segment's exec
-        assert lines[[i for i, ln in enumerate(lines) if ln.startswith("exec ")][0] - 1].startswith("wml_stage_end")
-        return next(ln for ln in lines if ln.startswith("wml_stage_end() {"))
+        # exec runs no EXIT trap: the segment's step runs the end itself once ddlrun has ended
+        step = next(ln for ln in lines if ln.startswith("exec "))
+        end = next(ln for ln in lines if ln.startswith("wml_stage_end() {"))
+        then = step.split(" --then ", 1)[1].split(" -- ", 1)[0]
+        assert end == f"wml_stage_end() {{ {then} || true; }}", (step, end)
+        assert " -m wmlce_tools.stage end " in then and then.endswith('--job "${SLURM_JOB_ID:-$$}"')
+        return end
 
     assert " --keep " in end_line(1) and " --keep " in end_line(2)
     assert " --keep " not in end_line(3)

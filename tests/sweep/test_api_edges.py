@@ -58,7 +58,7 @@ def test_api_edges_answered_in_python_terms(api):
 
 def test_dry_run_submits_nothing(api, tmp_path):
     sp = api.submit(fns.square, 3, dry_run=True)
-    assert "# sweep: 1 trial(s)" in sp.describe() and "wmlce_tools.remote" in sp.script
+    assert "# sweep: 1 trial(s)" in sp.describe() and "wmlce_tools.api.remote" in sp.script
     assert not (tmp_path / "wml-jobs").exists() or not list((tmp_path / "wml-jobs").iterdir())
 
 

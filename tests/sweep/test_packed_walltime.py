@@ -15,7 +15,7 @@ from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
 from wmlce_tools.sweeps import record
 from wmlce_tools.sweeps.grid import build_trials
-from wmlce_tools.sweeps.plan import SweepOptions, plan_sweep
+from wmlce_tools.runs.sweep_plan import SweepOptions, plan_sweep
 from wmlce_tools.sweeps.trial import at_walltime
 
 SLEEPER = ("import json, sys, time; time.sleep(float(sys.argv[2])); print(json.dumps({'lr': float(sys.argv[1])}))")

@@ -20,7 +20,7 @@ def test_theta_sweep_runs_packed_two_whole_node_trials_at_a_time(isolated_env, t
     from wmlce_tools import api
     from wmlce_tools.options import JobOptions
     from wmlce_tools.sweeps.grid import build_trials
-    from wmlce_tools.sweeps.submit import write_run_dir
+    from wmlce_tools.runs.sweep_submit import write_run_dir
 
     monkeypatch.chdir(tmp_path)
     sp = api.plan([str(HOLD), "2"], build_trials(seeds=4), max_running=2,
@@ -55,7 +55,7 @@ def test_summit_array_element_runs_its_one_trial_under_lsf(isolated_env, tmp_pat
     from wmlce_tools import api
     from wmlce_tools.options import JobOptions
     from wmlce_tools.sweeps.grid import build_trials
-    from wmlce_tools.sweeps.submit import write_run_dir
+    from wmlce_tools.runs.sweep_submit import write_run_dir
 
     monkeypatch.chdir(tmp_path)
     sp = api.plan([str(HOLD), "0"], build_trials(seeds=3), max_running=2,

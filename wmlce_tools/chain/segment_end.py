@@ -1,5 +1,5 @@
-"""What a chain segment's job script runs once ddlrun has ended:
-``python -m wmlce_tools.chain.segment_end RUN_DIR INDEX STATUS``.
+"""What a chain segment does once ddlrun has ended (``segment.py``, the job script's step,
+calls ``end_segment(RUN_DIR, INDEX, STATUS)``):
 
 - STATUS 0: the run is finished: write FINISHED in the checkpoint directory and cancel the
   segments still queued after this one (their ids are in chain.json).
@@ -89,23 +89,3 @@ def _end_segment(run_dir: Path, index: int, status: int) -> int:
     record.write_json_atomic(run_dir / f"segment-{index}" / record.END_FILE,
                              {"status": status, "step": step, "time": time.time()})
     return status
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    afterok_only = "--afterok-only" in argv
-    argv = [a for a in argv if a != "--afterok-only"]
-    try:
-        run_dir, index, status = Path(argv[0]), int(argv[1]), int(argv[2])
-    except (IndexError, ValueError):
-        sys.stderr.write("usage: python -m wmlce_tools.chain.segment_end [--afterok-only] RUN_DIR INDEX STATUS\n")
-        return 2
-    try:
-        return end_segment(run_dir, index, status, afterok_only)
-    except OSError as e:
-        _say(f"could not record how segment {index} ended: {e}")
-        return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

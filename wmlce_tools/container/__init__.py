@@ -6,4 +6,7 @@ runtime wraps a rank's command (the flags, binds and environment of the site's `
 section plus binds and variables handed in from elsewhere, e.g. the fabric's).
 ``check.py``: the checks ddlrun makes before any rank starts (runtime present, image there,
 python and the program's imports inside).
+
+May import: fabric (its binds and variables for a container), site, quoting and the foundation
+modules.  Imported by jobscript, ddlrun and the options.
 """

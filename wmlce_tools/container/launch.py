@@ -314,5 +314,7 @@ def with_fabric(launch: Optional[ContainerLaunch], site: SiteProfile, nodes: int
         return launch
     import dataclasses
 
-    return dataclasses.replace(launch, extra_binds=(*launch.extra_binds, *fab.binds),
+    have = {b.rstrip("/") for b in (*launch.spec.binds, *launch.extra_binds)}
+    binds = tuple(b for b in fab.binds if b.rstrip("/") not in have)   # a page may name one the runtime's did
+    return dataclasses.replace(launch, extra_binds=(*launch.extra_binds, *binds),
                                extra_env=(*launch.extra_env, *fab.env))

@@ -211,7 +211,7 @@ def run_cli(argv: Sequence[str]) -> int:
     from .runner import run
 
     code = run(plan)
-    from ..report.endline import print_end_line
+    from ..runstats.endline import print_end_line
 
     print_end_line(os.environ, sys.stderr)    # the run in one line, from the ranks' records (wml report)
     return code

@@ -22,7 +22,7 @@ is not a bad exit, and srun's ``--kill-on-bad-exit`` would otherwise end the ste
 rank out, killing the others in their exit and dropping output not yet forwarded, reports
 included (seen on the local Slurm).  ddlrun reads the 75 from the report.
 
-Only the standard library, ``ddl_runtime.core.jobenv`` and ``wmlce_tools.stage.place`` (a staged
+Only the standard library, ``ddl_runtime.core.jobenv`` and ``wmlce_tools.ddlrun.place`` (a staged
 environment's copy on an emulated node) are imported: this starts on every rank.
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ from ddl_runtime.core.jobenv import JobEnvironment, detect_launcher  # noqa: E40
 
 from .exitreport import format_report, format_up, stop_signum  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
-from ..stage.place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
-from ..stage.place import rank_environment as staged_rank_environment  # noqa: E402
+from .place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
+from .place import rank_environment as staged_rank_environment  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNAL_ENV = "WML_STOP_SIGNAL"   # ddl_runtime.checkpoint.protocol's name (not imported: this starts on every rank)

@@ -10,4 +10,7 @@ uv's cache check), ``site_mpi`` (the site profile's mpi_in_env; mpi4py's MPI lib
 ``verify``, ``export``, ``pack``, ``modulefile``, ``activation`` (for ``wml submit --env``),
 ``locations`` (env names -> prefixes), ``installed`` (reading an env), ``staging`` (atomic
 directories), ``relocate`` (prefix rewriting), ``pip_install``, ``progress``, ``cli``.
+
+A layer with `schedulers` and `launchers` (it needs neither).  May import only the foundation
+(`errors`, `resources_data`); never `site`, `layout` or anything above.
 """

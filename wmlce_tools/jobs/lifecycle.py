@@ -30,7 +30,7 @@ from ..errors import WmlError
 from ..schedulers import (CANCEL_FINISHED, CANCEL_MARK, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
                           get_scheduler, tool_failure)
 from .registry import JobRecord, Registry
-from .states import JobState
+from ..schedulers.states import JobState
 
 STATUS_TIMEOUT_S = 60.0        # one squeue/bjobs/qstat call (squeue alone retries ~18 s when slurmctld is down)
 CANCEL_TIMEOUT_S = 60.0

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ..errors import WmlError
-from .states import JobState
+from ..schedulers.states import JobState
 
 SCHEMA_VERSION = 1
 DEFAULT_BUSY_TIMEOUT_S = 15.0

@@ -1,12 +1,21 @@
-"""Launchers, registered by name: each turns a Layout into the command line that starts the
-ranks.  The site profile's ``launcher`` picks one; ``ddlrun`` and the job scripts use the
-same function, so what a script promises is what runs."""
+"""Launchers, by name: each turns a Layout into the command line that starts the ranks (a
+function ``command(layout, ctx, program) -> argv`` in its module).  The site profile's
+``launcher`` picks one, found in the one registry, ``wmlce_tools/plugins.py`` (wml's own by
+name, and those of packages installed beside wml: the ``wml.launchers`` entry points);
+``ddlrun`` and the job scripts use the same function, so what a script promises is what
+runs.  Importing this package imports no launcher module.
+
+A layer with `schedulers` and `env`.  May import: `layout`, `site` and the foundation; never
+`schedulers`, `env` or anything above.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..errors import WmlError
 from ..layout import Layout
+from ..plugins import load, names as launcher_names
 from ..site.schema import SiteProfile
 
 
@@ -24,23 +33,16 @@ class LaunchContext:
 
 
 LaunchFn = Callable[[Layout, LaunchContext, Sequence[str]], List[str]]
-_REGISTRY: Dict[str, LaunchFn] = {}
-
-
-def register(name: str) -> Callable[[LaunchFn], LaunchFn]:
-    def deco(fn: LaunchFn) -> LaunchFn:
-        _REGISTRY[name] = fn
-        return fn
-    return deco
 
 
 def launch_command(layout: Layout, ctx: LaunchContext, program: Sequence[str]) -> List[str]:
     """argv that runs ``program`` once per rank of ``layout`` with ``ctx.site``'s launcher."""
-    return _REGISTRY[ctx.site.launcher](layout, ctx, list(program))
+    fn = load("launcher", ctx.site.launcher)
+    if not callable(fn):
+        raise WmlError(f"the launcher plugin {ctx.site.launcher!r} names {fn!r}, not a function "
+                       f"(layout, ctx, program) -> argv")
+    return list(fn(layout, ctx, list(program)))
 
 
 def names() -> List[str]:
-    return sorted(_REGISTRY)
-
-
-from . import aprun, jsrun, mpiexec, pals, srun  # noqa: E402,F401  (register themselves)
+    return launcher_names("launcher")

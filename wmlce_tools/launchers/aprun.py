@@ -9,10 +9,8 @@ affinity guide.
 """
 from __future__ import annotations
 
-from . import register
 
 
-@register("aprun")
 def command(layout, ctx, program):
     depth = layout.cpus_per_rank
     argv = ["aprun", "-n", str(layout.size), "-N", str(layout.ranks_per_node),

@@ -12,10 +12,8 @@ one GPU (``-n <ranks/K> -a K -c <K x cores> -g 1``), OLCF's "Multiple tasks, sin
 """
 from __future__ import annotations
 
-from . import register
 
 
-@register("jsrun")
 def command(layout, ctx, program):
     opts = ctx.site.launcher_options
     if ctx.site.gpu_binding == "local-rank":

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 from typing import Optional
 
-from . import register
 
 
 def detect_flavor(mpiexec: str = "mpiexec", timeout: float = 10.0) -> Optional[str]:
@@ -40,7 +39,6 @@ def detect_flavor(mpiexec: str = "mpiexec", timeout: float = 10.0) -> Optional[s
     return None
 
 
-@register("mpiexec")
 def command(layout, ctx, program):
     hosts = list(ctx.hosts) if ctx.hosts else None
     multi_host = hosts is not None and len(set(hosts)) > 1

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from . import register
 
 
 def physical_cpus(layout, cores: Sequence[int]) -> List[int]:
@@ -47,7 +46,6 @@ def cpu_bind_list(layout) -> str:
     return "list:" + ":".join(ranges(physical_cpus(layout, r.cores)) for r in layout.on_node(0))
 
 
-@register("pals")
 def command(layout, ctx, program):
     opts = ctx.site.launcher_options
     bind = opts.bind or "depth"

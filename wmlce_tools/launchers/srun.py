@@ -13,10 +13,8 @@ CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES to the GPU the Layout gives K consec
 """
 from __future__ import annotations
 
-from . import register
 
 
-@register("srun")
 def command(layout, ctx, program):
     opts = ctx.site.launcher_options
     argv = ["srun", "-N", str(layout.nodes), "-n", str(layout.size),

@@ -5,9 +5,12 @@
     print(summary(r))
     write_html(r, "report.html")
 
-records.py reads a job's records, analysis.py says what they mean (step, wait, stragglers),
-run.py finds a job, chain or sweep and its parts, summary.py prints it (rich), page.py writes
-the page (plotly, inlined), cli.py is the command.
+The records themselves are read and analysed below the job side, in ``wmlce_tools/runstats``
+(records.py, analysis.py: step, wait, stragglers; endline.py: the one line ddlrun and ``wml
+status`` print), so that ddlrun can print its end line without this package.  Here: run.py finds
+a job, chain or sweep and its parts, summary.py prints it (rich), page.py writes the page
+(plotly, inlined), cli.py is the command.  May import: runs, jobs, chain, sweeps, schedulers,
+runstats, site and the foundation modules; imported by cli and api.
 """
 from __future__ import annotations
 

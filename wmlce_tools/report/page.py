@@ -18,7 +18,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..errors import WmlError
-from .analysis import Analysis, partial_note
+from ..runstats.analysis import Analysis, partial_note
 from .run import Part, Report, best_trials, stamp
 
 COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026"}
@@ -111,7 +111,7 @@ def _ranks_figure(a: Analysis) -> dict:
 def _steps_figure(a: Analysis) -> Optional[dict]:
     """Compute per step, over the steps every rank kept: the slowest, median and fastest rank, and
     each straggler."""
-    from .analysis import aligned_steps
+    from ..runstats.analysis import aligned_steps
 
     aligned = aligned_steps(a.records.ranks)
     if aligned is None:

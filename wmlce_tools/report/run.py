@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import WmlError
-from . import records as _records
-from .analysis import Analysis, analyse, one_line, partial_note
+from ..runstats import records as _records
+from ..runstats.analysis import Analysis, analyse, one_line, partial_note
 
 
 @dataclass
@@ -99,13 +99,13 @@ def find_report(run, metric: Optional[str] = None, maximize: bool = False) -> Re
     from ..jobs.registry import Registry
 
     rec = find(text)
-    from ..sweeps.view import sweep_of
+    from ..runs.sweep_view import sweep_of
 
     reg = Registry()
     sweep = sweep_of(rec, reg)
     if sweep is not None:
         return _sweep(sweep, metric, maximize)
-    from ..chain.view import chain_of
+    from ..runs.chain_view import chain_of
 
     chain = chain_of(rec, reg)
     if chain is not None:
@@ -160,11 +160,11 @@ def _from_directory(d: Path, metric: Optional[str], maximize: bool) -> Report:
     from ..sweeps import record as sweep_record
 
     if (d / sweep_record.SWEEP_FILE).is_file():
-        from ..sweeps.view import view
+        from ..runs.sweep_view import view
 
         return _sweep(view(d, sweep_record.require(d)), metric, maximize)
     if (d / chain_record.CHAIN_FILE).is_file():
-        from ..chain.view import chain_of
+        from ..runs.chain_view import chain_of
         from ..jobs.registry import JobRecord, Registry
 
         rec = chain_record.load(d)

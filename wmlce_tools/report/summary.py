@@ -9,7 +9,7 @@ from typing import List, Optional
 from rich.console import Console
 from rich.table import Table
 
-from .analysis import Analysis, RankRow, partial_note
+from ..runstats.analysis import Analysis, RankRow, partial_note
 from .run import Part, Report, best_trials, stamp
 
 RANK_ROWS = 16

@@ -1,20 +1,30 @@
-"""Schedulers, registered by name: each module knows its template, how to submit a script,
-how to read the submit reply, and (for the job lifecycle) how to ask for status and cancel.
-The site profile's ``scheduler`` picks one."""
+"""Schedulers, by name: each module knows its template, how to submit a script, how to read
+the submit reply, and (for the job lifecycle) how to ask for status and cancel.  The site
+profile's ``scheduler`` picks one; ``get_scheduler`` finds it in the one registry,
+``wmlce_tools/plugins.py`` (wml's own by name, and those of packages installed beside wml:
+the ``wml.schedulers`` entry points).  Importing this package imports no scheduler module.
+
+A layer with `launchers` and `env`: also the job states every scheduler's states map to
+(`states.py`), the passthrough directives in each scheduler's spelling (`passthrough.py`), the
+one path that runs scheduler commands (`commands.py`) and the local site's runner
+(`local_run.py`).  May import: `layout`, `site` and the foundation (`errors`, `walltime`,
+`quoting`, ...).  Never `launchers`, `env` or anything above.
+"""
 from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Tuple
 
 from ..errors import WmlError
+from ..plugins import load, names as scheduler_names
 from .commands import Controller, SchedulerError, SchedulerUnreachable, unreachable_hint  # noqa: F401
 from .commands import run as run_command
 
 if TYPE_CHECKING:  # the registry's state set; imported lazily so `wml render` stays light
     import subprocess
 
-    from ..jobs.states import JobState
+    from .states import JobState
 
 #: what a status query learned: (state, exit code when the job has ended and it is known),
 #: optionally followed by the scheduler's reason word (Slurm: ``DependencyNeverSatisfied``)
@@ -55,7 +65,12 @@ class Scheduler(abc.ABC):
     """Base: what every scheduler module provides."""
 
     name: str = ""
+    #: the job script's template: a file in wml's ``templates/``, or in ``template_dir`` (a
+    #: plugin's own directory, searched first; its template may include wml's ``_body.sh.j2``)
     template: str = ""
+    template_dir: Optional[str] = None
+    #: the variable that holds the job's id inside the job (SLURM_JOB_ID)
+    job_id_var: str = ""
     submit_tool: str = ""
     #: shown when ``submit_tool`` is not on PATH
     missing_hint: str = ""
@@ -122,23 +137,15 @@ class Scheduler(abc.ABC):
         raise WmlError(f"the {self.name} scheduler has no cancel command")
 
 
-_REGISTRY: Dict[str, Type[Scheduler]] = {}
-
-
-def register(cls: Type[Scheduler]) -> Type[Scheduler]:
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
 def get_scheduler(name: str) -> Scheduler:
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise WmlError(f"unknown scheduler {name!r}; known: {', '.join(names())}") from None
+    """The scheduler ``name`` (wml's own or a plugin's); WmlError, one line, when there is none
+    or a plugin's is not a Scheduler."""
+    cls = load("scheduler", name)
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise WmlError(f"the scheduler plugin {name!r} names {cls!r}, not a subclass of "
+                       f"wmlce_tools.schedulers.Scheduler")
+    return cls()
 
 
 def names() -> List[str]:
-    return sorted(_REGISTRY)
-
-
-from . import cobalt, local, lsf, pbs, slurm  # noqa: E402,F401  (register themselves)
+    return scheduler_names("scheduler")

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ..errors import WmlError
-from . import (CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery, register,
+from . import (CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery, 
                tool_failure)
 
 _LOG_EXIT = re.compile(r"task completed normally with an exit code of (-?\d+)")
@@ -43,7 +43,7 @@ CONTROLLER = Controller(
 
 
 def map_state(word: str):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     return JobState[STATES.get(word.strip().lower(), "UNKNOWN")]
 
@@ -61,10 +61,10 @@ def _table_column(lines, name: str):
     return [ln[lo:hi].strip() for ln in lines[1:] if not set(ln.strip()) <= {"="}]
 
 
-@register
 class Cobalt(Scheduler):
     name = "cobalt"
     template = "cobalt.sh.j2"
+    job_id_var = "COBALT_JOBID"
     submit_tool = "qsub"
     missing_hint = "run this on a Theta login node, or use --dry-run"
     controller = CONTROLLER
@@ -128,7 +128,7 @@ class Cobalt(Scheduler):
         return None
 
     def parse_cobaltlog(self, text: str):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         m = _LOG_EXIT.search(text)
         if m:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import Scheduler, register
+from . import Scheduler
 
 
-@register
 class Local(Scheduler):
     name = "local"
     template = "local.sh.j2"
+    job_id_var = "WML_JOB_ID"
     submit_tool = "bash"
     missing_hint = "bash is needed to run job scripts"
 

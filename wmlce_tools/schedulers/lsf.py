@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import WmlError
 from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
-               register, tool_failure)
+               tool_failure)
 
 _REPLY = re.compile(r"Job <(\d+)> is submitted")
 _NOT_FOUND = re.compile(r"Job <\d+(?:\[\d+\])?> is not found|No matching job found|No job found", re.I)
@@ -52,7 +52,7 @@ CONTROLLER = Controller(
 
 
 def map_state(word: str):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     return JobState[STATES.get(word.strip().upper(), "UNKNOWN")]
 
@@ -62,10 +62,10 @@ def _code(text: str):
     return int(text) if text.isdigit() else None
 
 
-@register
 class LSF(Scheduler):
     name = "lsf"
     template = "lsf.sh.j2"
+    job_id_var = "LSB_JOBID"
     submit_tool = "bsub"
     missing_hint = "run this on a Summit login node, or use --dry-run"
     submit_via_stdin = True
@@ -98,7 +98,7 @@ class LSF(Scheduler):
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
         """``STAT EXIT_CODE`` words (``-noheader -o "stat exit_code"``) or the default table
         (``JOBID USER STAT QUEUE ...``).  EXIT_CODE is ``-`` until the job exits non-zero."""
-        from ..jobs.states import JobState
+        from .states import JobState
 
         text = stdout + "\n" + stderr
         lines = [ln for ln in stdout.splitlines() if ln.strip() and not _NOT_FOUND.search(ln)]
@@ -138,7 +138,7 @@ class LSF(Scheduler):
         return None
 
     def parse_job_report(self, text: str):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         if "Successfully completed." in text:
             return JobState.COMPLETED, 0

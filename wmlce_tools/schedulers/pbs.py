@@ -23,7 +23,7 @@ from typing import List, Optional
 from ..errors import WmlError
 from ..walltime import hhmmss
 from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
-               register, tool_failure)
+               tool_failure)
 
 _REPLY = re.compile(r"^(\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?)$")
 _UNKNOWN = re.compile(r"Unknown Job Id", re.I)
@@ -72,7 +72,7 @@ def _seconds(text) -> Optional[int]:
 
 def final_state(job: dict):
     """(JobState, exit code) of a finished job's record (``qstat -x -f -F json``)."""
-    from ..jobs.states import JobState
+    from .states import JobState
 
     code = job.get("Exit_status")
     if code is None:                       # deleted before it ran
@@ -90,10 +90,10 @@ def final_state(job: dict):
     return JobState.FAILED, code if code > 0 else None
 
 
-@register
 class PBS(Scheduler):
     name = "pbs"
     template = "pbs.sh.j2"
+    job_id_var = "PBS_JOBID"
     submit_tool = "qsub"
     missing_hint = "run this on a login node of the PBS machine (Polaris, Aurora), or use --dry-run"
     controller = CONTROLLER
@@ -120,7 +120,7 @@ class PBS(Scheduler):
         return [StatusQuery(["qstat", "-x", "-f", "-F", "json", job_id], self.parse_status)]
 
     def parse_status(self, stdout: str, stderr: str = "", returncode: int = 0):
-        from ..jobs.states import JobState
+        from .states import JobState
 
         if _UNKNOWN.search(stderr + stdout):
             return None

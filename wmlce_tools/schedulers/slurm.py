@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import WmlError
 from . import (CANCEL_FINISHED, CANCEL_REQUESTED, CANCEL_UNKNOWN, Controller, Scheduler, StatusQuery,
-               register, tool_failure)
+               tool_failure)
 
 _REPLY = re.compile(r"(?:Submitted batch job\s+)?(\d+)(?:;\S+)?\s*$")
 _INVALID_JOB = re.compile(r"Invalid job id", re.I)
@@ -62,7 +62,7 @@ CONTROLLER = Controller(
 
 def map_state(text: str):
     """A Slurm state word (``CANCELLED by 0``, ``COMPLETED+`` allowed) -> JobState."""
-    from ..jobs.states import JobState
+    from .states import JobState
 
     word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
     return JobState[STATES[word]] if word in STATES else JobState.UNKNOWN
@@ -78,17 +78,17 @@ def parse_exit_code(text: str):
 
 
 def _final(state, code):
-    from ..jobs.states import JobState
+    from .states import JobState
 
     if state in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN):
         return state, None
     return state, code
 
 
-@register
 class Slurm(Scheduler):
     name = "slurm"
     template = "slurm.sh.j2"
+    job_id_var = "SLURM_JOB_ID"
     submit_tool = "sbatch"
     missing_hint = "run this on a login node of the Slurm cluster, or use --dry-run"
     controller = CONTROLLER

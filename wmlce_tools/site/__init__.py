@@ -1,1 +1,5 @@
-"""Site profiles: schema, loading, detection."""
+"""Site profiles: schema, loading, detection.
+
+The site-data layer: may import only the foundation (`errors`, `cache`, `walltime`,
+`resources_data`); everything above it reads a `SiteProfile`.
+"""

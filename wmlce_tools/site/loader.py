@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import msgspec
 
+from .. import plugins
 from ..cache import cache_dir, write_atomically
 from ..errors import WmlError
 from .schema import SiteProfile, to_builtins
@@ -160,6 +161,10 @@ def _parse(p: Path) -> SiteProfile:
         raise SiteFileError(f"{p}: invalid YAML: {e}") from None
     if not isinstance(data, dict):
         raise SiteFileError(f"{p}:1: a site file must be a mapping of keys (name, scheduler, node, ...)")
+    for kind in ("scheduler", "launcher"):   # names: wml's own or a plugin's, known only at run time
+        name = data.get(kind)
+        if isinstance(name, str) and not plugins.known(kind, name):
+            raise SiteFileError(f"{p}:{_line_of(root, [kind])}: {kind}: {plugins.unknown_message(kind, name)}")
     try:
         return msgspec.convert(data, SiteProfile)
     except msgspec.ValidationError as e:

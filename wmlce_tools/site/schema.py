@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 from typing_extensions import Annotated
 
+from .. import plugins
 from ..walltime import parse_walltime
 from .fabric import FabricSpec
 from .container_schema import ContainerOptions
@@ -217,8 +218,8 @@ class SiteProfile(_Strict):
     """A machine wml knows how to run jobs on."""
 
     name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-    scheduler: Literal["lsf", "cobalt", "slurm", "pbs", "local"]
-    launcher: Literal["jsrun", "aprun", "srun", "mpiexec", "pals"]
+    scheduler: Annotated[str, Meta(description="wml's own (lsf, cobalt, slurm, pbs, local) or one a package installed beside wml adds (entry point group wml.schedulers)")]
+    launcher: Annotated[str, Meta(description="wml's own (jsrun, aprun, srun, mpiexec, pals) or one a package installed beside wml adds (entry point group wml.launchers)")]
     platform: Literal["linux-64", "linux-ppc64le", "linux-aarch64", "osx-64", "osx-arm64"]
     node: NodeSpec
     total_nodes: Annotated[PositiveInt, Meta(description="nodes in the machine")]
@@ -251,6 +252,9 @@ class SiteProfile(_Strict):
     docs: Annotated[List[str], Meta(description="where the facts in this profile come from")] = []
 
     def __post_init__(self) -> None:
+        for kind, name in (("scheduler", self.scheduler), ("launcher", self.launcher)):
+            if not plugins.known(kind, name):
+                raise ValueError(f"{kind}: {plugins.unknown_message(kind, name)}")
         if self.scheduler != "local" and not self.queues:
             raise ValueError("a batch site needs at least one queue")
         if self.qos and (self.scheduler != "slurm" or self.slurm.queue_option == "qos"):
@@ -293,4 +297,10 @@ def to_builtins(obj) -> dict:
 
 
 def json_schema() -> dict:
-    return msgspec.json.schema(SiteProfile)
+    """The site file's JSON schema; ``scheduler`` and ``launcher`` list the names known here
+    (wml's own and the installed plugins')."""
+    schema = msgspec.json.schema(SiteProfile)
+    props = schema["$defs"]["SiteProfile"]["properties"]
+    for kind in ("scheduler", "launcher"):
+        props[kind]["enum"] = plugins.names(kind)
+    return schema

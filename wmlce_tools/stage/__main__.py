@@ -49,7 +49,7 @@ def _args(argv):
 
 
 def _node():
-    from . import place
+    from ..ddlrun import place
 
     from .node import NodePlace
 

@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from wmlce_tools.errors import WmlError
 
-from . import place as places
+from ..ddlrun import place as places
 from .archive import Archive, ensure_archive
 
 CHUNK = 16 << 20
@@ -47,9 +47,9 @@ def _per_node(site, nodes: int, argv: List[str], env: dict) -> subprocess.Comple
         cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
                "--kill-on-bad-exit=0", "--mpi=none", *argv]
     else:
-        from wmlce_tools.jobscript import _ddlrun_exe
+        from wmlce_tools.ddlrun.exe import ddlrun_exe
 
-        cmd = [*_ddlrun_exe(site), "--site", site.name, "-n", str(nodes), "--ranks-per-node", "1",
+        cmd = [*ddlrun_exe(), "--site", site.name, "-n", str(nodes), "--ranks-per-node", "1",
                "--cores-per-rank", "1", "--no-prefix"]
         if site.scheduler == "local" and nodes > 1:
             cmd += ["--emulate-nodes", str(nodes)]

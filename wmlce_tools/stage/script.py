@@ -15,7 +15,7 @@ from typing import List, Optional
 from wmlce_tools.errors import WmlError
 from wmlce_tools.quoting import sh_join, sh_quote
 
-from .place import FROM_VAR, NODE_PREFIX_VAR, NODE_TOKEN
+from ..ddlrun.place import FROM_VAR, NODE_PREFIX_VAR, NODE_TOKEN
 
 #: overrides the site profile's place (tests; a user's own node-local directory)
 PLACE_VAR = "WML_STAGE_PLACE"
@@ -30,16 +30,23 @@ class StagePlan:
     nodes: int
     keep: bool = False      # a chain segment whose next segment reuses the copies
 
+    def _common(self) -> List[str]:
+        return ["--env", str(self.prefix), "--place", self.place, "--site", self.site, "--nodes", str(self.nodes)]
+
+    def end_command(self, job_id_var: str) -> str:
+        """The end of the job's use of the copies, as a shell line (the job id expanded by it)."""
+        end = [sys.executable, "-m", "wmlce_tools.stage", "end", *self._common(), *(["--keep"] if self.keep else [])]
+        return f'{sh_join(end)} --job "${{{job_id_var}:-$$}}"'
+
     def lines(self, job_id_var: str) -> List[str]:
         job = f'--job "${{{job_id_var}:-$$}}"'
-        common = ["--env", str(self.prefix), "--place", self.place, "--site", self.site, "--nodes", str(self.nodes)]
+        common = self._common()
         here = [sys.executable, "-m", "wmlce_tools.stage"]
-        end = sh_join([*here, "end", *common, *(["--keep"] if self.keep else [])])
         mode = "; on failure the shared env (one warning line)" if self.auto else ""
         out = [f"# Stage the env to node-local storage ({self.place}) on each node before any rank starts{mode};",
                "# the ranks run from the copy.  At exit: the copies no job uses are removed"
                + (" (kept: the next segment reuses them)." if self.keep else "."),
-               f"wml_stage_end() {{ {end} {job} || true; }}",
+               f"wml_stage_end() {{ {self.end_command(job_id_var)} || true; }}",
                "trap wml_stage_end EXIT",
                f"wml_env_prefix=$({sh_join([*here, 'job', *common, *(['--auto'] if self.auto else [])])} {job})"]
         out.append(f"export {FROM_VAR}={sh_quote(str(self.prefix))}   # the ranks' PATH, LD_LIBRARY_PATH: the copy")

@@ -27,43 +27,9 @@ export WML_JOB_DIR=/jobs/train-20250101-000000/segment-2
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # Segment 2 of 3 of run train-20250101-000000: the ranks resume from $WML_CHECKPOINT_DIR.
-if [ -e "$WML_CHECKPOINT_DIR/FINISHED" ]; then
-    echo "wml: run $WML_RUN_ID has already finished ($WML_CHECKPOINT_DIR/FINISHED); segment 2 of 3 has nothing to do"
-    exit 0
-fi
-# A signal before the walltime (SIGUSR1) goes to ddlrun, which passes it to every rank:
-# they checkpoint, stop and exit 75; the next segment resumes.  One that comes before ddlrun
-# runs is passed on once it does, and it is repeated every 5 s until ddlrun ends (ddlrun, and each rank,
-# ignore it until they can handle it; asking again is harmless).
-wml_ddlrun=
-wml_stopping=
-wml_resender=
-wml_forward() {
-    if [ -z "$wml_ddlrun" ] || [ -n "$wml_resender" ]; then return 0; fi
-    (exec </dev/null >/dev/null 2>&1; while kill -s USR1 "$wml_ddlrun"; do sleep 5; done) &
-    wml_resender=$!
-}
-wml_stop() {
-    wml_interrupted=1
-    if [ -z "$wml_stopping" ]; then
-        echo "wml: SIGUSR1 (the scheduler's warning before the walltime): asking every rank to checkpoint and stop" >&2
-    fi
-    wml_stopping=1
-    wml_forward
-}
-trap wml_stop USR1
 # ddlrun recomputes this layout inside the allocation and runs:
 #   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
 cd /work/proj
-(trap '' USR1; exec {ddlrun} --site slurm-gpu -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3) &
-wml_ddlrun=$!
-if [ -n "$wml_stopping" ]; then wml_forward; fi
-while :; do     # a trapped signal interrupts `wait`: wait again for ddlrun's own status
-    wml_interrupted=0
-    wml_status=0
-    wait "$wml_ddlrun" || wml_status=$?
-    [ "$wml_interrupted" = 1 ] || break
-done
-trap - USR1
-if [ -n "$wml_resender" ]; then kill "$wml_resender" 2>/dev/null || true; fi
-exec {python} -m wmlce_tools.chain.segment_end /jobs/train-20250101-000000 2 "$wml_status"
+# One step runs ddlrun and ends the segment (python -m wmlce_tools.chain.segment --help): SIGUSR1 before the
+# walltime goes to ddlrun, every rank checkpoints, stops and exits 75, and the next segment resumes.
+exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 -- {ddlrun} --site slurm-gpu -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import List, Optional, Tuple
 
-from .errors import WmlError
-from .quoting import check_directive_value
+from ..errors import WmlError
+from ..quoting import check_directive_value
 
 PREFIX = {"slurm": "#SBATCH", "pbs": "#PBS", "lsf": "#BSUB", "cobalt": "#COBALT"}
 TITLE = {"slurm": "Slurm", "pbs": "PBS Pro", "lsf": "LSF", "cobalt": "Cobalt", "local": "no scheduler"}

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-from .errors import WmlError
-from .jobscript import JobPlan
-from .quoting import sh_join
+from ..errors import WmlError
+from ..jobscript import JobPlan
+from ..quoting import sh_join
 
 SUBMIT_TIMEOUT_S = 120
 
@@ -109,7 +109,7 @@ class JobdirTaken(Exception):
 
 def _replan(plan: JobPlan) -> Tuple[JobPlan, str]:
     """The same job in a fresh job directory (default output paths move with it)."""
-    from .jobscript import render_script
+    from ..jobscript import render_script
 
     name = plan.request.job_name
     jobdir = new_jobdir(plan.jobdir.parent, name)
@@ -125,15 +125,15 @@ def _submit_here(plan: JobPlan) -> str:
     configuration errors) on a host that is not one of the site's login nodes, the one line
     says so first, then the command's last word.  A missing command and a server that did not
     answer keep their own lines (the first's hint already names the login nodes)."""
-    from .schedulers import SchedulerError, SchedulerUnreachable
+    from ..schedulers import SchedulerError, SchedulerUnreachable
 
     try:
         return _run_submit(plan)
     except SchedulerError as e:
         if isinstance(e, SchedulerUnreachable):
             raise
-        from .site.detect import elsewhere
-        from .site.registry import known_sites
+        from ..site.detect import elsewhere
+        from ..site.registry import known_sites
 
         why = elsewhere(plan.site.name, known_sites())
         if why is None:
@@ -146,7 +146,7 @@ def _submit_here(plan: JobPlan) -> str:
 
 
 def _run_submit(plan: JobPlan) -> str:
-    from .schedulers import SchedulerError
+    from ..schedulers import SchedulerError
 
     argv = submit_command(plan)
     tool = argv[0]
@@ -170,7 +170,7 @@ def _local_job_id(plan: JobPlan) -> str:
 
 def _walltime_notice(plan: JobPlan, job_id: str) -> Callable[[Callable[[str], None]], None]:
     """What the local runner says when the job reaches its walltime."""
-    from .schedulers.local_run import kill_wait_s
+    from ..schedulers.local_run import kill_wait_s
 
     def notice(say: Callable[[str], None]) -> None:
         wall = plan.request.walltime_s
@@ -179,7 +179,7 @@ def _walltime_notice(plan: JobPlan, job_id: str) -> Callable[[Callable[[str], No
         seg = plan.segment
         if seg is None:
             return
-        from .chain import record
+        from ..chain import record
 
         chain = seg.chain
         step = record.latest_step(chain.checkpoint_dir)
@@ -197,7 +197,7 @@ def _walltime_notice(plan: JobPlan, job_id: str) -> Callable[[Callable[[str], No
 def _run_local(plan: JobPlan, out: Callable[[str], None], job_id: str):
     """Run the script now, as a scheduler would (schedulers/local_run.py): its output streamed
     to ``out`` and to the job's output.log, ended at its walltime."""
-    from .schedulers.local_run import run_script
+    from ..schedulers.local_run import run_script
 
     env = dict(os.environ, WML_JOB_ID=job_id, WML_JOB_DIR=str(plan.jobdir))
     return run_script(["bash", str(plan.jobdir / "job.sh")], cwd=plan.workdir, env=env, jobdir=plan.jobdir,
@@ -207,12 +207,12 @@ def _run_local(plan: JobPlan, out: Callable[[str], None], job_id: str):
 
 def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.write) -> SubmitResult:
     if plan.site.scheduler != "local":
-        from .schedulers.commands import connect_seconds
+        from ..schedulers.commands import connect_seconds
 
         connect_seconds()   # a bad WML_SCHEDULER_CONNECT_S fails before the job directory is written
         check_tool(plan.scheduler, submit_command(plan)[0])    # as does a missing sbatch/bsub/qsub
     else:
-        from .schedulers.local_run import kill_wait_s
+        from ..schedulers.local_run import kill_wait_s
 
         kill_wait_s()       # a bad WML_LOCAL_KILL_WAIT_S too: no job recorded that never ran
     for attempt in range(20):
@@ -233,13 +233,13 @@ def submit(plan: JobPlan, script: str, out: Callable[[str], None] = sys.stdout.w
     if not local:
         return result
     # a local job is in the registry while it runs (wml jobs/status/logs -f from another shell)
-    from .jobs.lifecycle import record_local_end, record_local_start
+    from ..jobs.lifecycle import record_local_end, record_local_start
 
     rec = record_local_start(result, plan)
     try:
         end = _run_local(plan, out, job_id)
     except WmlError as e:     # Ctrl-C (130): the job was ended as `wml cancel` ends it
-        from .schedulers.local_run import LocalEnd
+        from ..schedulers.local_run import LocalEnd
 
         if rec is not None:
             record_local_end(rec, LocalEnd(e.exit_code, cancelled=e.exit_code == 130))

@@ -6,17 +6,17 @@ import os
 import shutil
 import sys
 
-from .errors import WmlError
-from .jobscript import JobPlan
-from .quoting import sh_join
-from .walltime import hhmm, slurm_time
+from ..errors import WmlError
+from ..jobscript import JobPlan
+from ..quoting import sh_join
+from ..walltime import hhmm, slurm_time
 
 
 def interactive_directives(plan: JobPlan) -> list[str]:
     """The allocation command's options: wml's, then the pass-through lines' (--mem, ...)."""
     import shlex
 
-    from .passthrough import PREFIX
+    from ..schedulers.passthrough import PREFIX
 
     d = _own_directives(plan)
     prefix = PREFIX.get(plan.site.scheduler, "")
@@ -59,7 +59,7 @@ def _own_directives(plan: JobPlan) -> list[str]:
             d += ["--attrs", plan.attrs]
         return d
     if sched == "pbs":
-        from .schedulers.pbs import resource_list
+        from ..schedulers.pbs import resource_list
 
         d = []
         for res in resource_list(plan.site, lay.nodes, wall, plan.passthrough):

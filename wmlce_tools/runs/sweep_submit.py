@@ -1,6 +1,6 @@
 """Write a sweep's run directory and submit it: ``sweep.json`` and ``trials/`` appear whole
 (made beside the final name, then renamed), then ``submit-<k>/`` through the one submit path
-(``wmlce_tools.submission``), and the job id goes into the record and the job registry.  A resume
+(``wmlce_tools.runs.submission``), and the job id goes into the record and the job registry.  A resume
 adds ``submit-<k+1>`` for the trials that failed or never ran."""
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import WmlError
-from . import record
-from .plan import SweepPlan
+from ..sweeps import record
+from .sweep_plan import SweepPlan
 
 
 def new_run_dir(base: Path, name: str) -> Path:
-    from ..submission import new_jobdir
+    from .submission import new_jobdir
 
     return new_jobdir(base, name)
 
@@ -44,7 +44,7 @@ def write_run_dir(sp: SweepPlan, extra: Optional[dict] = None) -> None:
 def submit_sweep(sp: SweepPlan, out: Callable[[str], None] = sys.stdout.write, new: bool = True):
     """Submit ``sp`` (``new``: write its run directory first).  Returns the SubmitResult; the
     job is recorded in the registry (the local site: while it runs)."""
-    from ..submission import submit
+    from .submission import submit
 
     if new:
         write_run_dir(sp)
@@ -56,7 +56,7 @@ def submit_sweep(sp: SweepPlan, out: Callable[[str], None] = sys.stdout.write, n
     rec = record.require(sp.run_dir)
 
     if plan.site.scheduler == "local":      # the job runs now: its id is known before it starts
-        from ..submission import _local_job_id
+        from .submission import _local_job_id
 
         rec.job_ids.append(_local_job_id(plan))
         record.save(sp.run_dir, rec)

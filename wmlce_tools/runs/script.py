@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from .errors import WmlError
-from .passthrough import PREFIX, TITLE
-from .quoting import sh_join
+from ..errors import WmlError
+from ..schedulers.passthrough import PREFIX, TITLE
+from ..quoting import sh_join
 
 #: what each scheduler names a job's output when its script says nothing (relative to the
 #: submit directory): sbatch(1) "slurm-%j.out"; PBS Pro "<name>.o<sequence number>"; Cobalt
@@ -89,7 +89,7 @@ def _output(site, sched, output: Optional[str], name: str, job_id: str, workdir:
 def submit_script(site, path: str, *, dry_run: bool = False, jobs_base: Optional[Path] = None,
                   out: Callable[[str], None] = sys.stdout.write):
     """Submit the hand-written script; returns the SubmitResult (None for a dry run)."""
-    from .schedulers import SchedulerError, get_scheduler
+    from ..schedulers import SchedulerError, get_scheduler
     from .submission import SUBMIT_TIMEOUT_S, SubmitResult, new_jobdir
 
     text, name, output = read_script(site, path)
@@ -105,7 +105,7 @@ def submit_script(site, path: str, *, dry_run: bool = False, jobs_base: Optional
         out(f"# dry run: would copy {path} to {jobdir}/job.sh and run: {command}\n")
         return None
     if not local:
-        from .schedulers.commands import connect_seconds
+        from ..schedulers.commands import connect_seconds
         from .submission import check_tool
 
         connect_seconds()
@@ -139,8 +139,8 @@ def _run_here(site, sched, jobdir: Path, name: str, command: str, workdir: Path,
     """The local site: the script runs now, as wml's own local jobs do (recorded while it runs)."""
     from dataclasses import replace
 
-    from .jobs.lifecycle import record_local_end, record_local_start
-    from .schedulers.local_run import run_script
+    from ..jobs.lifecycle import record_local_end, record_local_start
+    from ..schedulers.local_run import run_script
     from .submission import SubmitResult
 
     job_id = f"local-{jobdir.name}"

@@ -9,7 +9,7 @@ from typing import List, Optional
 from ddl_runtime.checkpoint.protocol import EXIT_RESUME
 
 from ..jobs.registry import JobRecord, Registry
-from . import record
+from ..chain import record
 
 
 @dataclass

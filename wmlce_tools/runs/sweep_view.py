@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import WmlError
-from . import record
+from ..sweeps import record
 
 ORDER = (record.PENDING, record.RUNNING, record.COMPLETED, record.FAILED, record.TIMEOUT, record.CANCELLED,
          record.MISSING)

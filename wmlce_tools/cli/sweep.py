@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 from typing_extensions import Annotated
 
-from .options import JobOptions, check_no_option, job_options
+from ..options import JobOptions, check_no_option, job_options
 
 RUN = Annotated[str, typer.Argument(help="The sweep: its run id (wml jobs shows it), its directory, or one of its jobs.")]
 PROGRAM_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True,
@@ -49,10 +49,10 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
             as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the sweep.")] = False) -> None:
     """Submit PROGRAM once per trial of the grid; its results gather in one run directory
     (wml sweep show RUN).  On the local site the trials run now, packed on emulated nodes."""
-    from . import api
-    from .submission import submit_command_text
-    from .sweeps.grid import build_trials
-    from .sweeps.submit import submit_sweep
+    from .. import api
+    from ..runs.submission import submit_command_text
+    from ..sweeps.grid import build_trials
+    from ..runs.sweep_submit import submit_sweep
 
     check_no_option(program)
     trials = build_trials(param or (), params_file, seeds)
@@ -77,7 +77,7 @@ def run_cmd(program: Annotated[List[str], typer.Argument(help="The program and i
     if as_json:
         typer.echo(json.dumps({**info, "job_id": result.job_id}))
     if sp.plan.site.scheduler == "local":
-        from .sweeps.view import view
+        from ..runs.sweep_view import view
 
         v = view(sp.run_dir, sp.record.__class__(**{**sp.record.__dict__, "job_ids": [result.job_id]}), refresh=False)
         typer.echo(f"wml: sweep {sp.record.run_id} finished: {v.count_text()}; wml sweep show {sp.record.run_id}", err=True)
@@ -96,8 +96,8 @@ def show_cmd(run: RUN,
              tail: Annotated[int, typer.Option("--tail", help="Lines of each failed trial's output to show.")] = 5) -> None:
     """Each trial's parameters, state, exit status, walltime and metrics (the last JSON object
     line its rank 0 printed), and a failed trial's last lines."""
-    from .errors import WmlError
-    from .sweeps.view import find_run, render
+    from ..errors import WmlError
+    from ..runs.sweep_view import find_run, render
 
     if fmt not in ("table", "csv", "json"):
         raise WmlError(f"--format {fmt}: expected table, csv or json")
@@ -109,7 +109,7 @@ def resume_cmd(run: RUN,
                as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the resubmission.")] = False) -> None:
     """Submit again only the trials that failed, timed out, were cancelled or never ran (same request,
     same run directory; each trial's attempt count goes up)."""
-    from . import api
+    from .. import api
 
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
     job = api.resume(run, out=out)
@@ -119,7 +119,7 @@ def resume_cmd(run: RUN,
         return
     which = ", ".join(map(str, job.rerun))
     if res.scheduler == "local":
-        from .sweeps.view import find_run
+        from ..runs.sweep_view import find_run
 
         v = find_run(str(job.run_dir))
         how = "; ".join(f"trial {t.index} {t.state.lower()}" + (f" again (exit status {t.exit_code})"

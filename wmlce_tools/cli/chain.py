@@ -10,13 +10,13 @@ from typing import Callable, Optional, TextIO
 import typer
 
 from ..jobscript import JobPlan
-from . import record
-from .spec import Chain
+from ..chain import record
+from ..chain.spec import Chain
 
 
 def submit_chain_cmd(plan: JobPlan, chain: Chain, out: Callable[[str], None], as_json: bool, wait: bool) -> int:
     """Returns the exit status ``wml submit`` ends with."""
-    from .submit import submit_chain
+    from ..runs.chain import submit_chain
 
     results = submit_chain(plan, chain, out=out)
     done = record.finished(chain.checkpoint_dir)
@@ -54,7 +54,7 @@ def wait_chain(job_ref: str, out: TextIO = sys.stderr, timeout: Optional[float] 
     segment's scheduler id."""
     from ..jobs.lifecycle import wait_for
     from ..jobs.registry import Registry
-    from .view import chain_of
+    from ..runs.chain_view import chain_of
 
     reg = Registry()
     view = chain_of(reg.get(job_ref), reg)

@@ -13,6 +13,11 @@ exception on rank 0 is raised again here, with the remote traceback as its cause
 call is a sweep of one trial (``map``: one trial per item), so ``wml jobs/status/logs`` and
 ``wml sweep show`` see it; each trial's result is ``trials/<i>/result.pkl`` in the run's
 directory.  The ``wml sweep`` command is built on :func:`sweep` and :func:`resume` here.
+
+The API layer, above `options` (`wmlce_tools.submit`, `map`, `sweep`, `resume` are these, imported on
+first use by `wmlce_tools/__init__.py`); `remote.py` runs a sent call on every rank
+(`python -m wmlce_tools.api.remote`).  May import `options`, `runs`, `jobs` and everything
+below; never `cli`.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
 
-from .errors import WmlError
+from ..errors import WmlError
 
 POLL_S = 0.5
 CALLS_FILE = "calls.pkl"
@@ -61,7 +66,7 @@ def _api_errors(func):
         except RemoteError:
             raise
         except WmlError as e:
-            from .options import JobOptions
+            from ..options import JobOptions
 
             names = [f.name for f in dataclasses.fields(JobOptions)] + ["max_running", "pack"]
             text = str(e)
@@ -74,7 +79,7 @@ def _api_errors(func):
 
 
 def _check_options(options: dict, fn_call: bool) -> None:
-    from .options import JobOptions
+    from ..options import JobOptions
 
     import difflib
 
@@ -92,7 +97,7 @@ def _check_options(options: dict, fn_call: bool) -> None:
 def job_options(opts=None, **options):
     """The one JobOptions (``wml submit``'s options, ``wmlce_tools.options``): ``opts`` as given,
     else built from keyword options (an unknown name is one WmlError naming the closest)."""
-    from .options import JobOptions
+    from ..options import JobOptions
 
     if opts is not None and options:
         raise WmlError(f"give the job options either as opts= or as keywords, not both ({', '.join(options)})")
@@ -101,12 +106,12 @@ def job_options(opts=None, **options):
 
 def request(opts):
     """(SiteProfile, ResourceRequest) of a JobOptions, everything checked."""
-    from .options import request_from
-    from .site.registry import choose_site
+    from ..options import request_from
+    from ..site.registry import choose_site
 
     if opts.chain is not None or opts.checkpoint_dir is not None or opts.signal_margin is not None:
         raise WmlError("--chain, --checkpoint-dir and --signal-margin do not go with a sweep (each trial is one job)")
-    from .walltime import check_two_part
+    from ..walltime import check_two_part
 
     site = choose_site(opts.site)
     check_two_part(opts.walltime, site.scheduler, site.name)
@@ -122,8 +127,8 @@ def _base_dir() -> Path:
 def plan(program: Sequence[str], trials, *, max_running: Optional[int] = None, pack: Optional[int] = None,
          preview: bool = False, run_dir: Optional[Path] = None, opts=None, **options):
     """The checked SweepPlan of ``program`` over ``trials`` (nothing written)."""
-    from .sweeps.plan import SweepOptions, plan_sweep
-    from .sweeps.submit import new_run_dir
+    from ..runs.sweep_plan import SweepOptions, plan_sweep
+    from ..runs.sweep_submit import new_run_dir
 
     sweep_opts = SweepOptions(max_running=max_running, pack=pack)   # checked before the site
     profile, req = request(job_options(opts, **options))
@@ -136,8 +141,8 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
           seeds: Optional[int] = None, max_running: Optional[int] = None, pack: Optional[int] = None,
           out: Callable[[str], None] = sys.stdout.write, **options) -> "Sweep":
     """Submit ``program`` (``{name}`` fields in its arguments) once per trial of the grid."""
-    from .sweeps.grid import build_trials
-    from .sweeps.submit import submit_sweep
+    from ..sweeps.grid import build_trials
+    from ..runs.sweep_submit import submit_sweep
 
     trials = build_trials(params, params_file, seeds)
     sp = plan(program, trials, max_running=max_running, pack=pack, **options)
@@ -146,13 +151,13 @@ def sweep(program: Sequence[str], *, params: Sequence[str] = (), params_file: Op
 
 def resume(run: Union[str, Path], out: Callable[[str], None] = sys.stdout.write) -> "Sweep":
     """Submit again only the trials of ``run`` that failed, timed out, were cancelled or never ran."""
-    from .resources import ResourceRequest
-    from .site.registry import choose_site
-    from .sweeps import record
-    from .sweeps.grid import Trial
-    from .sweeps.plan import SweepOptions, plan_sweep
-    from .sweeps.submit import submit_sweep
-    from .sweeps.view import find_run
+    from ..resources import ResourceRequest
+    from ..site.registry import choose_site
+    from ..sweeps import record
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_plan import SweepOptions, plan_sweep
+    from ..runs.sweep_submit import submit_sweep
+    from ..runs.sweep_view import find_run
 
     v = find_run(str(run))
     if v.live:
@@ -189,7 +194,7 @@ def _start(sp, out: Callable[[str], None], new: bool = True) -> "Sweep":
     (RUNNING in ``wml jobs``); this script's exit waits for its local jobs to end."""
     import threading
 
-    from .sweeps.submit import submit_sweep, write_run_dir
+    from ..runs.sweep_submit import submit_sweep, write_run_dir
 
     if sp.plan.site.scheduler != "local":
         return Sweep(sp.run_dir, submit_result=submit_sweep(sp, out=out, new=new))
@@ -242,8 +247,8 @@ class Sweep:
             return f"<wml job {self.run_id} ({self.run_dir})>"
 
     def view(self, refresh: bool = True):
-        from .sweeps import record
-        from .sweeps.view import view
+        from ..sweeps import record
+        from ..runs.sweep_view import view
 
         return view(self.run_dir, record.require(self.run_dir), refresh=refresh)
 
@@ -268,7 +273,7 @@ class Sweep:
             time.sleep(poll_s)
 
     def logs(self, trial: int = 0) -> str:
-        from .sweeps import record
+        from ..sweeps import record
 
         path = record.trial_dir(self.run_dir, trial) / record.OUTPUT_FILE
         try:
@@ -278,7 +283,7 @@ class Sweep:
 
     def cancel(self) -> List[str]:
         """Cancel every job of the sweep still queued or running (its array, its allocation)."""
-        from .jobs.lifecycle import cancel
+        from ..jobs.lifecycle import cancel
 
         done = []
         for j in self.view().jobs:
@@ -296,7 +301,7 @@ class Sweep:
 
     def results(self, timeout: Optional[float] = None) -> List[Any]:
         self.wait(timeout)
-        from .sweeps import record
+        from ..sweeps import record
 
         n = record.require(self.run_dir).size
         return [_load_result(self.run_dir, i, self.logs(i)) for i in range(n)]
@@ -308,7 +313,7 @@ Job = Sweep
 def _load_result(run_dir: Path, trial: int, logs: str) -> Any:
     import cloudpickle
 
-    from .sweeps import record
+    from ..sweeps import record
 
     path = record.trial_dir(run_dir, trial) / record.RESULT_FILE
     try:
@@ -340,8 +345,8 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
                   out: Callable[[str], None] = None, **options) -> Sweep:
     import cloudpickle
 
-    from .sweeps.grid import Trial
-    from .sweeps.submit import submit_sweep, write_run_dir
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_submit import submit_sweep, write_run_dir
 
     if not callable(fn):
         raise WmlError(f"submit: {fn!r} is neither a program (a list of words or a path) nor a function")
@@ -357,7 +362,7 @@ def _submit_calls(fn: Callable, calls: List[tuple], *, max_running=None, pack=No
         name = "".join(c for c in f"py-{getattr(fn, '__name__', 'fn')}" if c.isalnum() or c in "-_.")[:40]
         opts = opts.replace(job_name=name)
     options = {"opts": opts}
-    program = [sys.executable, "-m", "wmlce_tools.remote", "{call}"]
+    program = [sys.executable, "-m", "wmlce_tools.api.remote", "{call}"]
     sp = plan(program, trials, max_running=max_running, pack=pack, preview=dry_run, **options)
     if dry_run:
         return sp
@@ -396,8 +401,8 @@ def _words(args) -> List[str]:
 
 def _submit_program(program: List[str], out: Callable[[str], None] = None, dry_run: bool = False,
                     **options) -> Sweep:
-    from .sweeps.grid import Trial
-    from .sweeps.submit import submit_sweep
+    from ..sweeps.grid import Trial
+    from ..runs.sweep_submit import submit_sweep
 
     sp = plan(program, [Trial(0, ())], preview=dry_run, **options)
     if dry_run:

@@ -14,8 +14,8 @@ from ddl_runtime.checkpoint.protocol import (CHAIN_LENGTH_ENV, CHECKPOINT_DIR_EN
 
 from ..errors import WmlError
 from ..jobscript import JobPlan, render_script
-from . import record
-from .spec import CHECKPOINT_SUBDIR, Chain, Segment, check_checkpoint_dir, check_margin, margin_seconds
+from ..chain import record
+from ..chain.spec import CHECKPOINT_SUBDIR, Chain, Segment, check_checkpoint_dir, check_margin, margin_seconds
 
 
 def plan_chain(plan: JobPlan, run_dir: Path, length: int, checkpoint_dir: Optional[str],
@@ -81,10 +81,10 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
     """Submit (or, on the local site, run) the segments; returns their SubmitResults, each
     already recorded in the job registry."""
     from ..jobs.lifecycle import record_submission
-    from ..submission import submit
+    from .submission import submit
 
     if plan.site.scheduler != "local":     # a missing sbatch/bsub/qsub: no run directory left behind
-        from ..submission import check_tool, submit_command
+        from .submission import check_tool, submit_command
 
         check_tool(plan.scheduler, submit_command(plan)[0])
     rec = _start_run(plan, chain)

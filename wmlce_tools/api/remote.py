@@ -1,5 +1,5 @@
 """Run one call of a function sent by ``wmlce_tools.api`` (on every rank of its trial):
-``python -m wmlce_tools.remote CALL``.  Rank 0 writes ``(kind, value, traceback)`` with
+``python -m wmlce_tools.api.remote CALL``.  Rank 0 writes ``(kind, value, traceback)`` with
 cloudpickle to its trial's ``result.pkl`` (written whole, then renamed); an exception exits 1
 after it is written (on any rank: ddlrun ends the others)."""
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""The ``wml`` command line.
+"""The CLI layer (the top): the `wml` command line (the typer app and `main`, here).
 
-Sub-apps live beside the code they drive (``wmlce_tools/site/cli.py``, ``env/cli.py``,
-``jobs/cli.py``) and are registered here, by module name: they are imported and built only when
-used (or listed by ``--help``), and heavy imports happen inside commands, so ``wml render``
-stays fast.
+Sub-apps are registered here by module name and imported only when used (or listed by
+`--help`), and heavy imports happen inside commands, so `wml render` stays fast: `jobs.py`
+(`wml jobs/status/cancel/logs`), `sweep.py` (`wml sweep`), `chain.py` (what `wml submit
+--chain` says and `wml logs` of a chain), and the command-line parts of lower packages that
+only import their own package (`site/cli.py`, `env/cli.py`; `ddlrun/cli.py` is `ddlrun`'s).
+
+May import every layer below: `api`, `options`, `runs`, `jobs`, `jobscript`, ... (the top of
+the package, `wmlce_tools/__init__.py`, and `__main__` are above it).
 """
 import importlib
 
@@ -16,10 +20,10 @@ import typer
 from typer.core import TyperGroup
 from typing_extensions import Annotated
 
-from . import __version__
-from .errors import WmlError, run_main
-from .options import check_no_option as _check_no_option, click_module as _click
-from .options import JobOptions, Site, flag_options, job_options, plan_from
+from .. import __version__
+from ..errors import WmlError, run_main
+from ..options import check_no_option as _check_no_option, click_module as _click
+from ..options import JobOptions, Site, flag_options, job_options, plan_from
 
 class _LazyGroup(TyperGroup):
     """A click group whose sub-commands in ``LAZY`` are imported on first use (the pattern
@@ -31,11 +35,11 @@ class _LazyGroup(TyperGroup):
         "site": ("wmlce_tools.site.cli", "app"),
         "env": ("wmlce_tools.env.cli", "env_app"),
         "module": ("wmlce_tools.env.cli", "module_app"),
-        "jobs": ("wmlce_tools.jobs.cli", "register"),
-        "status": ("wmlce_tools.jobs.cli", "register"),
-        "cancel": ("wmlce_tools.jobs.cli", "register"),
-        "logs": ("wmlce_tools.jobs.cli", "register"),
-        "sweep": ("wmlce_tools.sweep_cli", "app"),
+        "jobs": ("wmlce_tools.cli.jobs", "register"),
+        "status": ("wmlce_tools.cli.jobs", "register"),
+        "cancel": ("wmlce_tools.cli.jobs", "register"),
+        "logs": ("wmlce_tools.cli.jobs", "register"),
+        "sweep": ("wmlce_tools.cli.sweep", "app"),
         "report": ("wmlce_tools.report.cli", "register"),
     }
 
@@ -108,7 +112,7 @@ def render(program: Program, opts: JobOptions) -> None:
     With --chain N: the first job's script (the others differ only in their segment number
     and their dependency on the job before); its output files go to the current directory
     too, not to segment-1/, which only `wml submit` makes."""
-    from .jobscript import render_script
+    from ..jobscript import render_script
 
     _check_no_option(program)
     here = Path.cwd().absolute()
@@ -131,8 +135,8 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     directory, and wml exits with the job's exit status; as a scheduler would, it is ended at
     its walltime (-t: SIGTERM, then SIGKILL 30 s later; TIMEOUT), and `wml jobs/status/logs -f/
     cancel` see it while it runs."""
-    from .jobscript import render_script
-    from .submission import submit as do_submit, submit_command_text
+    from ..jobscript import render_script
+    from ..runs.submission import submit as do_submit, submit_command_text
 
     _check_no_option(program)
     if script is not None:
@@ -141,7 +145,7 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     plan, run = plan_from(opts, program, interactive=interactive, preview=dry_run)
     _warn(plan)
     if interactive:
-        from .interactive import run_interactive
+        from ..runs.interactive import run_interactive
 
         run_interactive(plan, dry_run=dry_run)
         return
@@ -167,11 +171,11 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
         return
     out = (lambda s: sys.stderr.write(s)) if as_json else sys.stdout.write
     if plan.stage is not None:     # built here, once, not on the job's nodes
-        from .stage.archive import ensure_archive
+        from ..stage.archive import ensure_archive
 
         ensure_archive(plan.stage.prefix)
     if run is not None:
-        from .chain.cli import submit_chain_cmd
+        from .chain import submit_chain_cmd
 
         code = submit_chain_cmd(plan, run, out, as_json=as_json, wait=wait)
         if code:
@@ -187,7 +191,7 @@ def submit(program: OptionalProgram = None, opts: JobOptions = None,
     else:
         typer.echo(f"Submitted job {result.job_id} to {plan.site.name} ({plan.site.scheduler}){_queue_said(plan)}; "
                    f"script {result.script}; output {result.output}")
-    from .jobs.cli import wait_after_submit
+    from .jobs import wait_after_submit
 
     code = wait_after_submit(result, plan, wait)    # records the job; --wait: waits for it
     if code:
@@ -199,8 +203,8 @@ def _submit_script(path: str, program, opts: JobOptions, *, dry_run: bool, inter
     """``wml submit --script job.sh``: the script says the job; wml submits and tracks it."""
     import dataclasses
 
-    from .script_submit import submit_script
-    from .site.registry import choose_site
+    from ..runs.script import submit_script
+    from ..site.registry import choose_site
 
     if program:
         raise WmlError(f"--script {path} is the job: give no program ({program[0]!r})")
@@ -223,7 +227,7 @@ def _submit_script(path: str, program, opts: JobOptions, *, dry_run: bool, inter
     else:
         typer.echo(f"Submitted job {result.job_id} to {result.site} ({result.scheduler}); "
                    f"script {result.script}; output {result.output}")
-    from .jobs.cli import wait_after_submit
+    from .jobs import wait_after_submit
 
     code = wait_after_submit(result, None, wait)
     if code:
@@ -243,7 +247,7 @@ def bench_allreduce(
 
     Runs `ddlrun -n RANKS python -m ddl_runtime.bench ARGS`: on this machine with the local
     site, or inside an allocation on a cluster."""
-    from .ddlrun.cli import run_cli
+    from ..ddlrun.cli import run_cli
 
     argv = ["-n", str(ranks), "--no-prefix"] + (["--site", site] if site else [])
     argv += ["--", sys.executable, "-m", "ddl_runtime.bench", *(bench_args or [])]

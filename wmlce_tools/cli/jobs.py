@@ -3,7 +3,7 @@
 The command functions take typer-annotated parameters, so the main app registers them as
 they are (``register(app)`` does exactly that)::
 
-    from .jobs.cli import register as register_job_commands
+    from .jobs import register as register_job_commands
     register_job_commands(app)
 
 JOB is the scheduler's job id (what ``wml submit`` printed, what sbatch/bsub/qsub said), the ID
@@ -40,8 +40,8 @@ def jobs_cmd(as_json: AsJson = False,
              refresh: Annotated[bool, typer.Option("--refresh/--no-refresh",
                                                    help="Ask the schedulers about jobs not yet ended (default).")] = True) -> None:
     """List the jobs wml submitted (newest first) with their last known state."""
-    from .lifecycle import refresh as do_refresh
-    from .registry import Registry
+    from ..jobs.lifecycle import refresh as do_refresh
+    from ..jobs.registry import Registry
     from ..schedulers import SchedulerError
 
     reg = Registry()
@@ -63,8 +63,8 @@ def jobs_cmd(as_json: AsJson = False,
     if not records:
         typer.echo("no jobs yet (wml submit records them here)")
         return
-    from ..chain.view import chain_of
-    from ..sweeps.view import sweep_of
+    from ..runs.chain_view import chain_of
+    from ..runs.sweep_view import sweep_of
 
     rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "SUBMITTED (UTC)", "OUTPUT"]]
     shown_runs = set()
@@ -102,13 +102,13 @@ def jobs_cmd(as_json: AsJson = False,
 
 def status_cmd(job: Job, as_json: AsJson = False) -> None:
     """The job's state now (asks its scheduler: squeue/scontrol/sacct, bjobs, qstat)."""
-    from .lifecycle import find, refresh_detail
-    from .registry import Registry
-    from ..chain.view import chain_of
+    from ..jobs.lifecycle import find, refresh_detail
+    from ..jobs.registry import Registry
+    from ..runs.chain_view import chain_of
     from ..schedulers import NEVER_STARTS, SchedulerError
 
     rec = find(job)
-    from ..sweeps.view import status_lines, sweep_of
+    from ..runs.sweep_view import status_lines, sweep_of
 
     sweep = sweep_of(rec, Registry())
     if sweep is not None:      # a sweep: each trial (parameters, state, exit status, walltime)
@@ -151,7 +151,7 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
 
 
 def _has_stats(job_dir: str) -> bool:
-    from ..report.records import STATS_DIR
+    from ..runstats.records import STATS_DIR
     from pathlib import Path
 
     return bool(job_dir) and (Path(job_dir) / STATS_DIR).is_dir()
@@ -159,7 +159,7 @@ def _has_stats(job_dir: str) -> bool:
 
 def _report_line(job_dir: str) -> None:
     """The run in one line, from its ranks' records (wml report)."""
-    from ..report.endline import status_line
+    from ..runstats.endline import status_line
 
     line = status_line(job_dir)
     if line:
@@ -168,17 +168,17 @@ def _report_line(job_dir: str) -> None:
 
 def cancel_cmd(job: Job) -> None:
     """Ask the scheduler to end the job (scancel, bkill, qdel) and report how it ended."""
-    from .lifecycle import CANCEL_FINISHED, CANCEL_UNKNOWN, cancel, find
+    from ..jobs.lifecycle import CANCEL_FINISHED, CANCEL_UNKNOWN, cancel, find
     from ..schedulers import SchedulerError
 
-    from .registry import Registry
+    from ..jobs.registry import Registry
 
     both = Registry().ambiguous(job)
     if both:
         named = "; ".join(f"{r.site} job {r.job_id} ({r.state.value}, @{r.id})" for r in both)
         raise WmlError(f"{job} could mean {len(both)} jobs: {named}; say which: wml cancel @N")
     rec = find(job)
-    from ..sweeps.view import sweep_of
+    from ..runs.sweep_view import sweep_of
 
     sweep = sweep_of(rec)
     if sweep is not None:      # a sweep: its array or its packed allocation, every submission still live
@@ -216,14 +216,14 @@ def logs_cmd(job: Job,
     """The job's output (and error) file; -f follows it until the job ends.  A job of a
     chain (--chain N): every segment's output in order; -f follows the run to its end.
     A sweep: --trial N shows that trial's output (without it, the sweep's job output)."""
-    from .lifecycle import find, logs
-    from .registry import Registry
-    from ..chain.cli import chain_logs
-    from ..chain.view import chain_of
+    from ..jobs.lifecycle import find, logs
+    from ..jobs.registry import Registry
+    from .chain import chain_logs
+    from ..runs.chain_view import chain_of
 
     rec = find(job)
     if trial is not None:
-        from ..sweeps.view import sweep_of, trial_logs
+        from ..runs.sweep_view import sweep_of, trial_logs
 
         sweep = sweep_of(rec)
         if sweep is None:
@@ -241,7 +241,7 @@ def logs_cmd(job: Job,
 def wait_after_submit(result, plan, wait: bool, out=None) -> Optional[int]:
     """What ``wml submit`` calls once the job is submitted: record it and, with ``--wait``,
     wait for it.  Returns the exit code ``submit`` should end with (None: 0)."""
-    from .lifecycle import record_submission, wait_for
+    from ..jobs.lifecycle import record_submission, wait_for
 
     try:
         rec = record_submission(result, plan)

@@ -15,10 +15,10 @@ from ..jobscript import JobPlan, SweepLaunch, plan_job, render_script
 from ..quoting import sh_join
 from ..resources import ResourceRequest
 from ..site.schema import SiteProfile
-from . import record
-from .array import array_output, array_spec
-from .grid import Trial, check_program
-from .pack import Allocation, check_fits, need_of
+from ..sweeps import record
+from ..sweeps.array import array_output, array_spec
+from ..sweeps.grid import Trial, check_program
+from ..sweeps.pack import Allocation, check_fits, need_of
 
 NO_ARRAYS = {"cobalt": "Cobalt has no job arrays", "local": "the local site has no scheduler"}
 
@@ -52,7 +52,7 @@ class SweepPlan:
     @property
     def warnings(self) -> List[str]:
         """Lines for stderr: the job's, and parameters the program's arguments never name."""
-        from .grid import Trial, unnamed_parameters
+        from ..sweeps.grid import Trial, unnamed_parameters
 
         trials = [Trial(i, tuple(v.items())) for i, v in enumerate(self.record.trials)]
         unnamed = unnamed_parameters(self.record.program, trials)
