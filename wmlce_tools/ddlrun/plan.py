@@ -84,6 +84,7 @@ class LaunchPlan:
     mpiargs: Tuple[str, ...]
     notes: Tuple[str, ...] = ()          # lines ddlrun says before launching (e.g. fitted)
     hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
+    output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -132,7 +133,10 @@ class LaunchPlan:
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
                             env=dict(self.exports), extra_args=list(self.mpiargs), rankfile=rankfile_path,
                             hostfile=hostfile_path)
-        argv = launch_command(self.layout, ctx, self.shim_argv(report))
+        shim = self.shim_argv(report)
+        argv = launch_command(self.layout, ctx, shim)
+        if self.output_tags:       # Open MPI: each chunk of output names its rank (runner reassembles lines)
+            argv[len(argv) - len(shim):len(argv) - len(shim)] = ["--tag-output"]
         if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
             argv[0] = self.launcher_exe
         return argv
@@ -283,25 +287,28 @@ def _check_program(program: Tuple[str, ...]) -> None:
     raise WmlError(f"program not found: {prog!r} is not on PATH")
 
 
-def _launcher(site: SiteProfile, opts: DdlrunOptions, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str]]:
-    """(resolved launcher path or None, MPI flavor for mpiexec)."""
+def _launcher(site: SiteProfile, opts: DdlrunOptions,
+              env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(resolved launcher path or None, MPI flavor for mpiexec, Open MPI's tag style)."""
     name = "mpiexec" if site.launcher == "pals" else site.launcher   # PALS's launcher is mpiexec
     if site.launcher == "mpiexec":
         name = opts.mpiexec or env.get("WML_MPIEXEC") or "mpiexec"
     exe = shutil.which(name)
     if exe is None:
         if opts.dry_run:
-            return None, "mpich" if site.launcher == "mpiexec" else None
+            return None, "mpich" if site.launcher == "mpiexec" else None, None
         hint = LAUNCHER_HINTS[site.launcher].format(site=site.name)
         raise WmlError(f"{name} not found: {hint}")
     if site.launcher != "mpiexec":
-        return exe, None
-    from ..launchers.mpiexec import detect_flavor
+        return exe, None, None
+    from ..launchers.mpiexec import detect_flavor, version_text
+    from .tagged import tag_style
 
-    flavor = detect_flavor(exe)
+    text = version_text(exe) or ""
+    flavor = detect_flavor(exe, text=text)
     if flavor is None:
         raise WmlError(f"{exe} --version names neither MPICH nor Open MPI; pass --mpiexec with one of them")
-    return exe, flavor
+    return exe, flavor, tag_style(text) if flavor == "openmpi" else None
 
 
 def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> LaunchPlan:
@@ -333,17 +340,18 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     mode = _check_mode(opts.mode, layout)
     exports = _exports(opts.exports, env)
     _check_program(opts.program)
-    exe, flavor = _launcher(site, opts, env)
+    exe, flavor, tags = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
     if opts.timeline:
         check_output_file(opts.timeline, "--timeline")
     timeline = os.path.abspath(opts.timeline) if opts.timeline else None
     whole_job = hosts.source == "PBS_NODEFILE" and len(hosts.hosts) == len(job_hosts.hosts)
     hostfile = host_file(site.launcher, flavor or "mpich", layout, node_hosts, hostfile_bytes(env), whole_job)
+    output = "direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines")
     return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
                       mpi_flavor=flavor, launcher_exe=exe, exports=exports,
-                      master_addr=node_hosts[0], master_port=master_port(env),
-                      output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
+                      master_addr=node_hosts[0], master_port=master_port(env), output=output,
+                      output_tags=tags if output != "direct" else None,
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
                       notes=(fitted,) if fitted else (), hostfile=hostfile)
