@@ -58,3 +58,24 @@ def test_nccl_ops_gather_without_a_deprecated_torch_call():
         dist.destroy_process_group()
     assert out.tolist() == [0.0, 1.0, 2.0]
     assert [str(w.message) for w in caught if "deprecated" in str(w.message)] == []
+
+
+def test_what_a_library_says_as_our_code_imports_it_is_only_recorded(tmp_path, monkeypatch):
+    """conda-lock's vendored conda warns as it is imported (a PendingDeprecationWarning of its own):
+    not a call of ours, so it is recorded, not raised.  Here wml's lazy command group imports a
+    module that warns so (as ``wml env`` imports conda-lock)."""
+    import typer
+
+    from wmlce_tools.cli import app
+
+    (tmp_path / "noisy_lib_47.py").write_text(
+        "import warnings\nimport typer\n"
+        "warnings.warn('noisy import (probe)', PendingDeprecationWarning, stacklevel=2)\n"
+        "app = typer.Typer()\n\n@app.command()\ndef hello():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = typer.main.get_command(app)
+    monkeypatch.setitem(type(group).LAZY, "noisy47", ("noisy_lib_47", "app"))
+    recorded = []
+    monkeypatch.setattr(warnings, "_showwarnmsg_impl", recorded.append)
+    assert group.get_command(None, "noisy47") is not None
+    assert [str(w.message) for w in recorded] == ["noisy import (probe)"]
