@@ -1,7 +1,7 @@
 """ddlrun's output path under Open MPI: this tree (whole lines, --tag-output untagged by ddlrun)
 against another tree of wml (``--before DIR``), 3 ranks printing LINES lines of 200 bytes each.
 
-    git archive a6dff7d wmlce_tools ddl_runtime ddl.py | tar -x -C /tmp/before
+    git archive a6dff7d wmlce_tools ddl_runtime ddl.py site_configs templates pyproject.toml | tar -x -C /tmp/before
     python benchmarks/ddlrun_output.py --before /tmp/before [--lines 20000] [--repeat 5]
 
 The two trees run interleaved, round by round (load on a shared box hits both alike); output
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,11 +36,13 @@ def once(tree: Path, lines: int) -> tuple:
             sys.executable, str(SHOW)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
+    # cwd outside both trees: `python -m` puts the working directory first on sys.path
+    proc = subprocess.run(argv, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, check=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    got = proc.stdout.count(b"line-")
-    if got != 3 * lines:
+    got = len(re.findall(rb"^\[\d\] line-\d+-\d+-x{200}$", proc.stdout, re.M))
+    if tree == HERE and got != 3 * lines:     # (a6dff7d's Open MPI output cut and mixed some)
         sys.exit(f"{tree}: {got} lines of {3 * lines}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
