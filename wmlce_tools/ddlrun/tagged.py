@@ -41,6 +41,12 @@ class Untagger:
         self._open: Dict[Tuple[bytes, int], bytes] = {}   # (stream, rank) -> its unfinished line
 
     def feed(self, line: bytes) -> List[bytes]:
+        first = TAG.match(line)
+        if (first is not None and line.endswith(b"\n") and line.find(b"]<", first.end()) < 0
+                and not line.endswith(RULE) and (first.group(2), int(first.group(1))) not in self._open):
+            # the common line: one rank's whole line
+            start = first.end() + (1 if self._space and line[first.end():first.end() + 1] == b" " else 0)
+            return [line[start:]]
         tags = list(TAG.finditer(line))
         if not tags:
             return [line]
