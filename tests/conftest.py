@@ -37,8 +37,8 @@ def warnings_from_our_code_fail(monkeypatch):
     ``error`` filter would.  pyproject.toml's filters (``error::Warning:wmlce_tools.*``) catch the
     warnings attributed to our modules, imports included; this catches the rest: a library's
     deprecation of what our code calls, which the library attributes to its own module (rattler's
-    ``Platform``, torch's ``all_gather_into_tensor``), but not what a library says as it is imported.  Warnings with no wml code on the stack
-    are recorded as pytest records them (``warnings._showwarnmsg_impl``, which pytest's
+    ``Platform``, torch's ``all_gather_into_tensor``), but not what a library says as it is
+    imported.  Warnings with no wml code on the stack are recorded as pytest records them (``warnings._showwarnmsg_impl``, which pytest's
     ``catch_warnings(record=True)`` sets); code that catches warnings itself
     (``catch_warnings``, ``pytest.warns``) sees them as before."""
     def show(message, category, filename, lineno, file=None, line=None):
