@@ -8,11 +8,45 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+OUR_CODE = tuple(str(REPO / name) for name in ("wmlce_tools" + os.sep, "ddl_runtime" + os.sep, "ddl.py"))
+
+
+def _from_our_code(frame) -> bool:
+    """Whether a frame of this stack runs wml's own code (wmlce_tools, ddl_runtime, ddl.py),
+    other than by importing a library: what a module says while it is being imported (conda-lock's
+    vendored conda, TensorFlow) is the library's own business, not a call of ours."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib") and code.co_name == "_call_with_frames_removed":
+            return False
+        if code.co_filename.startswith(OUR_CODE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture(autouse=True)
+def warnings_from_our_code_fail(monkeypatch):
+    """A warning raised while wml's own code runs fails the test: raised at the call, as an
+    ``error`` filter would.  pyproject.toml's filters (``error::Warning:wmlce_tools.*``) catch the
+    warnings attributed to our modules, imports included; this catches the rest: a library's
+    deprecation of what our code calls, which the library attributes to its own module (rattler's
+    ``Platform``, torch's ``all_gather_into_tensor``), but not what a library says as it is
+    imported.  Warnings with no wml code on the stack are recorded as pytest records them (``warnings._showwarnmsg_impl``, which pytest's
+    ``catch_warnings(record=True)`` sets); code that catches warnings itself
+    (``catch_warnings``, ``pytest.warns``) sees them as before."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if _from_our_code(sys._getframe(1)):
+            raise message if isinstance(message, Warning) else category(message)
+        warnings._showwarnmsg_impl(warnings.WarningMessage(message, category, filename, lineno, file, line))
+
+    monkeypatch.setattr(warnings, "showwarning", show)
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ def test_local_openmpi_rankfile(ddlrun):
     assert "#   rank 0=localhost slot=0-1" in r.stdout
     launch, _, _ = split(ddlrun("--site", "fakegpu", "--mpiexec", openmpi_mpiexec(), "-n", "2", "-x", "A=1",
                                 "--dry-run", "python", "x.py"))
-    assert launch[1:] == ["-n", "2", "--map-by", "slot", "--bind-to", "core", "-x", "A=1"]
+    assert launch[1:] == ["-n", "2", "--map-by", "slot", "--bind-to", "core", "-x", "A=1", "--tag-output"]
 
 
 @pytest.mark.parametrize("site, env, nodes, extra", [

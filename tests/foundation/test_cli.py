@@ -231,3 +231,19 @@ def test_bench_allreduce_runs_through_ddlrun(run_wml):
 
 def test_a_mistyped_option_is_not_taken_as_the_program(run_wml, prog):
     one_line_error(run_wml("render", "-Z", "x", str(prog)), "unknown option '-Z'")
+
+
+@pytest.mark.parametrize("group", ["env", "module", "site", "bench", "sweep"])
+def test_a_groups_help_gives_each_command_one_line(run_wml, group):
+    """``wml env --help`` broke a command's line where its docstring's line ended, mid-sentence
+    (issue 47): on a terminal wide enough, each command is one line of the list."""
+    import typer
+
+    from wmlce_tools.cli import app
+
+    names = set(typer.main.get_command(app).get_command(None, group).commands)
+    out = run_wml(group, "--help", env={"COLUMNS": "400"}).stdout
+    listed = out.split("Commands", 1)[1].splitlines()[1:]
+    rows = [ln.strip(" │╰─╯") for ln in listed if ln.strip(" │╰─╯")]
+    assert rows and all(row.split()[0] in names and "  " in row for row in rows), out
+    assert sorted(row.split()[0] for row in rows) == sorted(names), out

@@ -93,8 +93,15 @@ def test_a_running_local_job_is_seen_from_a_second_process(run_wml, isolated_env
         assert job["state"] == "RUNNING" and job["exit_code"] is None
         assert before - 1 <= job["submitted_at"] <= time.time()     # submitted, not ended
         local_id = f"@{job['id']}"
-        status = run_wml("status", local_id)
-        assert status.returncode == 0 and ": RUNNING" in status.stdout, status.stdout + status.stderr
+        hint = next(ln for ln in iter(submit.stderr.readline, "") if "from another shell: " in ln)
+        status_cmd = hint.split("from another shell: ", 1)[1].split(", ")[0]
+        # another shell: this venv not activated (issue 47: "wml status @1" was not found there)
+        shell_env = {k: v for k, v in isolated_env.items() if k != "VIRTUAL_ENV"}
+        shell_env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        status = subprocess.run(["bash", "-c", status_cmd], cwd=tmp_path, env=shell_env, capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0 and ": RUNNING" in status.stdout, (status_cmd, status.stdout + status.stderr)
+        assert status_cmd.endswith(f" status {local_id}")
         so_far = run_wml("logs", local_id)
         assert "gate: running" in so_far.stdout and "gate: done" not in so_far.stdout
         follow = subprocess.Popen([sys.executable, "-m", "wmlce_tools", "logs", "-f", local_id], cwd=tmp_path,
@@ -109,7 +116,7 @@ def test_a_running_local_job_is_seen_from_a_second_process(run_wml, isolated_env
         if submit.poll() is None:
             submit.kill()
     assert submit.returncode == 0, sub_err
-    assert f"job {job['job_id']} ({local_id} in wml jobs) running" in sub_err
+    assert f"job {job['job_id']} ({local_id} in wml jobs) running" in hint
     [done] = _jobs(run_wml)
     assert done["state"] == "COMPLETED" and done["submitted_at"] == job["submitted_at"]
 

@@ -147,3 +147,16 @@ def test_connect_setting_is_checked(lsf, monkeypatch):
     monkeypatch.setenv("WML_SCHEDULER_CONNECT_S", "soon")
     with pytest.raises(WmlError, match="WML_SCHEDULER_CONNECT_S='soon' is not a number of seconds"):
         get_scheduler("lsf").run_command(["bsub"])
+
+
+def test_a_commands_pipes_are_closed_once_it_has_ended():
+    """Its stdout and stderr pipes closed by the threads that read them, not left to the garbage
+    collector (a ResourceWarning, 'unclosed file', in the test runs of issue 47)."""
+    from wmlce_tools.schedulers.commands import _Running
+
+    running = _Running([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+                       None, None, None)
+    assert running.wait(60) == 0
+    done = running.result(["x"])
+    assert (done.stdout, done.stderr) == ("out\n", "err\n")
+    assert running.proc.stdout.closed and running.proc.stderr.closed

@@ -116,3 +116,20 @@ def test_python_submit_result_exception_and_map(isolated_env, tmp_path, monkeypa
     assert "Traceback (most recent call last)" in remote and "def scaled" not in remote
     assert "remote_functions.py" in remote or "in scaled" in remote
     assert wml_map(fns.square, [3, 1, 2], pack=2) == [9, 1, 4]
+
+
+def test_show_keeps_the_parameters_a_metric_of_that_name_gets_its_own_column(run_wml):
+    """A trial that prints its parameters in its metrics line: ``lr`` says what it was given
+    (nothing to add), ``bs`` differs (its own column); a failed trial, which printed nothing,
+    still shows what it was given."""
+    proc = _wml(run_wml, "sweep", "--param", "lr=0.5,0.25", "--param", "bs=2", "--json",
+                str(PROGRAMS / "prints_params.py"), "--lr", "{lr}", "--bs", "{bs}", "--fail-lr", "0.25")
+    assert proc.returncode == 1, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    trials = _show(run_wml, run_id)["trials"]
+    assert [(t["lr"], t["bs"], t["state"]) for t in trials] == [("0.5", "2", "COMPLETED"), ("0.25", "2", "FAILED")]
+    assert [(t["score"], t.get("metric:bs")) for t in trials] == [(1.0, 8), (None, None)]
+    assert "metric:lr" not in trials[0]
+    table = _wml(run_wml, "sweep", "show", run_id).stdout.splitlines()
+    assert table[1].split() == ["TRIAL", "lr", "bs", "STATE", "EXIT", "WALLTIME_S", "metric:bs", "score"]
+    assert table[3].split()[:5] == ["1", "0.25", "2", "FAILED", "3"]

@@ -234,7 +234,7 @@ def _submit_script(path: str, program, opts: JobOptions, *, dry_run: bool, inter
         raise typer.Exit(code)
 
 
-bench_app = typer.Typer(help="Benchmarks of the DDL runtime.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks of the DDL runtime.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(bench_app, name="bench")
 
 

@@ -94,6 +94,7 @@ class LaunchPlan:
     fabric_report: Tuple[Applied, ...] = ()   # each fabric variable's value and where it came from
     container: Optional["ContainerLaunch"] = None   # --container: each rank's shim runs in the image
     container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
+    output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -154,6 +155,8 @@ class LaunchPlan:
                             env=dict(self.exports), extra_args=extra, rankfile=rankfile_path,
                             hostfile=hostfile_path)
         argv = launch_command(self.layout, ctx, program)
+        if self.output_tags:       # Open MPI: each chunk of output names its rank (runner reassembles lines)
+            argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]
         if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
             argv[0] = self.launcher_exe
         return argv
@@ -342,25 +345,28 @@ def _check_program(program: Tuple[str, ...], in_container: bool = False) -> None
     raise WmlError(f"program not found: {prog!r} is not on PATH")
 
 
-def _launcher(site: SiteProfile, opts: DdlrunOptions, env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str]]:
-    """(resolved launcher path or None, MPI flavor for mpiexec)."""
+def _launcher(site: SiteProfile, opts: DdlrunOptions,
+              env: Mapping[str, str]) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(resolved launcher path or None, MPI flavor for mpiexec, Open MPI's tag style)."""
     name = "mpiexec" if site.launcher == "pals" else site.launcher   # PALS's launcher is mpiexec
     if site.launcher == "mpiexec":
         name = opts.mpiexec or env.get("WML_MPIEXEC") or "mpiexec"
     exe = shutil.which(name)
     if exe is None:
         if opts.dry_run:
-            return None, "mpich" if site.launcher == "mpiexec" else None
+            return None, "mpich" if site.launcher == "mpiexec" else None, None
         hint = LAUNCHER_HINTS[site.launcher].format(site=site.name)
         raise WmlError(f"{name} not found: {hint}")
     if site.launcher != "mpiexec":
-        return exe, None
-    from ..launchers.mpiexec import detect_flavor
+        return exe, None, None
+    from ..launchers.mpiexec import detect_flavor, version_text
+    from .tagged import tag_style
 
-    flavor = detect_flavor(exe)
+    text = version_text(exe) or ""
+    flavor = detect_flavor(exe, text=text)
     if flavor is None:
         raise WmlError(f"{exe} --version names neither MPICH nor Open MPI; pass --mpiexec with one of them")
-    return exe, flavor
+    return exe, flavor, tag_style(text) if flavor == "openmpi" else None
 
 
 def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> LaunchPlan:
@@ -401,17 +407,18 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         extra, fabric_report = rank_values(fabric, env, dict(exports))
         exports = (*exports, *extra)
     _check_program(opts.program, container is not None)
-    exe, flavor = _launcher(site, opts, env)
+    exe, flavor, tags = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
     if opts.timeline:
         check_output_file(opts.timeline, "--timeline")
     timeline = os.path.abspath(opts.timeline) if opts.timeline else None
     whole_job = hosts.source == "PBS_NODEFILE" and len(hosts.hosts) == len(job_hosts.hosts)
     hostfile = host_file(site.launcher, flavor or "mpich", layout, node_hosts, hostfile_bytes(env), whole_job)
+    output = "direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines")
     return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
                       mpi_flavor=flavor, launcher_exe=exe, exports=exports,
-                      master_addr=node_hosts[0], master_port=master_port(env),
-                      output="direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines"),
+                      master_addr=node_hosts[0], master_port=master_port(env), output=output,
+                      output_tags=tags if output != "direct" else None,
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
                       notes=(fitted,) if fitted else (), hostfile=hostfile,

@@ -15,6 +15,9 @@ The launcher's stderr passes through ddlrun, which takes out each rank's exit re
 line says so; ``WML_DDLRUN_FAIL_GRACE_S`` changes it) before the job is stopped, so a rank
 blocked in a collective with a dead peer cannot hang the job; ddlrun then exits with the
 first failing rank's status (else the launcher's).
+Under Open MPI, whose forwarder cuts lines into chunks and mixes the ranks' chunks, the launch
+has ``--tag-output`` and both of the launcher's streams pass through ddlrun, each rank's lines
+put back together (``tagged``).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from ..quoting import sh_join
 from .exitreport import RankExit, new_token, parse_report, parse_up, stop_signum
 from .pdeathsig import TERM_ON_PARENT_DEATH
 from .plan import LaunchPlan
+from .tagged import whole_lines
 
 FAIL_GRACE_S = 10.0
 GRACE_VAR = "WML_DDLRUN_FAIL_GRACE_S"
@@ -46,11 +50,12 @@ LAUNCHER_KILLED = (128 + signal.SIGTERM, 128 + signal.SIGKILL)   # a rank's stat
 
 
 class StderrRelay(threading.Thread):
-    """Copies the launcher's stderr to ours line by line, keeping the ranks' exit reports."""
+    """Copies the launcher's stderr to ours line by line, keeping the ranks' exit reports
+    (``tags``: Open MPI's tag style, when the launch has --tag-output)."""
 
-    def __init__(self, src: IO[bytes], token: str, fd: int = 2) -> None:
+    def __init__(self, src: IO[bytes], token: str, fd: int = 2, tags: Optional[str] = None) -> None:
         super().__init__(daemon=True)
-        self.src, self.token, self.fd = src, token, fd
+        self.src, self.token, self.fd, self.tags = src, token, fd, tags
         self._lock = threading.Lock()
         self._exits: List[RankExit] = []
         self._up: set = set()
@@ -59,7 +64,7 @@ class StderrRelay(threading.Thread):
 
     def run(self) -> None:
         broken = False
-        for line in iter(self.src.readline, b""):
+        for line in whole_lines(self.src, self.tags):
             report = parse_report(line, self.token)
             up = parse_up(line, self.token) if report is None else None
             if report is not None:
@@ -73,13 +78,8 @@ class StderrRelay(threading.Thread):
                     self.no_horovod = True
                 if b"has detected an attempt to run as root" in line:
                     self.openmpi_root = True
-                if broken:
-                    continue
-                try:
-                    while line:
-                        line = line[os.write(self.fd, line):]
-                except OSError:
-                    broken = True  # our stderr is gone; keep draining so the launcher never blocks
+                if not broken:
+                    broken = not _write_all(self.fd, line)
 
     def _stop_ended(self, e: RankExit, stopped_before: bool) -> bool:
         """Exited EXIT_RESUME, or was terminated (SIGTERM/SIGKILL) after a rank had: the checkpoint
@@ -124,6 +124,31 @@ class StderrRelay(threading.Thread):
                 if self._stop_ended(e, stopped):
                     count, stopped = count + 1, True
             return count
+
+
+class StdoutRelay(threading.Thread):
+    """Copies the launcher's stdout to ours, each rank's lines whole (Open MPI's tags taken out)."""
+
+    def __init__(self, src: IO[bytes], tags: str, fd: int = 1) -> None:
+        super().__init__(daemon=True)
+        self.src, self.tags, self.fd = src, tags, fd
+
+    def run(self) -> None:
+        broken = False
+        for line in whole_lines(self.src, self.tags):
+            if not broken:
+                broken = not _write_all(self.fd, line)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write ``data`` to ``fd``; False when ``fd`` is gone (the caller keeps draining its source,
+    so the launcher never blocks)."""
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        return True
+    except OSError:
+        return False
 
 
 def dry_run_text(plan: LaunchPlan) -> str:
@@ -178,7 +203,8 @@ def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
         argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile, edf_path=edf)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
-        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size)
+        return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size,
+                          tags=plan.output_tags)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -190,7 +216,7 @@ def fail_grace_s(env=os.environ) -> float:
 
 
 def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
-               ranks: Optional[int] = None) -> int:
+               ranks: Optional[int] = None, tags: Optional[str] = None) -> int:
     early: List[int] = []          # signals that came before the launcher existed
     launched: List[subprocess.Popen] = []
     # A chained job's stop signal is held until every rank's shim is up (its "ddlrun-up" line):
@@ -209,7 +235,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     handlers = _forward_signals(forward)
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=TERM_ON_PARENT_DEATH)
+                                stdout=subprocess.PIPE if tags else None, preexec_fn=TERM_ON_PARENT_DEATH)
     except OSError as e:
         _restore(handlers)
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
@@ -217,9 +243,12 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     launched.append(proc)
     for sig in early:
         _signal_group(proc, sig)
-    relay = StderrRelay(proc.stderr, token)
+    relay = StderrRelay(proc.stderr, token, tags=tags)
     relay.start()
     relay_box.append(relay)
+    out_relay = StdoutRelay(proc.stdout, tags) if tags else None
+    if out_relay is not None:
+        out_relay.start()
     try:
         failed_at: Optional[float] = None
         stopped_at: Optional[float] = None
@@ -265,6 +294,8 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     finally:
         _restore(handlers)
     relay.join(timeout=RELAY_DRAIN_S)   # a straggling process may hold the pipe open: do not wait on it
+    if out_relay is not None:
+        out_relay.join(timeout=RELAY_DRAIN_S)
     if code < 0:
         code = 128 - code
     try:

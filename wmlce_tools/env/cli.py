@@ -20,10 +20,12 @@ from wmlce_tools.errors import WmlError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# rich_markup_mode=None, as for wml itself: a docstring's line breaks are not the table's
 env_app = typer.Typer(help="Curated, locked environments (conda envs, and PyPI venvs locked in pylock.toml): "
-                           "specs, lock, create, clone, verify, list, export, pack.", no_args_is_help=True)
+                           "specs, lock, create, clone, verify, list, export, pack.", no_args_is_help=True,
+                      rich_markup_mode=None)
 module_app = typer.Typer(help="Modulefiles (Lmod / Environment Modules) for wml envs.",
-                         no_args_is_help=True)
+                         no_args_is_help=True, rich_markup_mode=None)
 
 
 #: top-level modules of the optional 'env' extra (pyproject.toml)

@@ -43,9 +43,9 @@ class CreateResult:
 
 
 def current_platform() -> str:
-    from rattler import Platform
+    from rattler import Subdir
 
-    return str(Platform.current())
+    return str(Subdir.current())
 
 
 
@@ -66,7 +66,7 @@ def install_records(records: list[Any], staging: Path, final_prefix: Path, platf
     whose files no longer match its paths.json, e.g. edited through a hard link in another
     env, is re-extracted); files are linked by ``link`` (see ``linking``).  When the install
     fails, the error names a damaged cached package and file if there is one."""
-    from rattler import Platform, install
+    from rattler import Subdir, install
 
     from wmlce_tools.env.progress import RichInstallReporter, make_progress
 
@@ -76,7 +76,7 @@ def install_records(records: list[Any], staging: Path, final_prefix: Path, platf
         reporter = RichInstallReporter(bar, label)
         try:
             rattler_async.run(install(records, target_prefix=staging, installed_packages=installed or [],
-                                reinstall_packages=reinstall, platform=Platform(platform),
+                                reinstall_packages=reinstall, platform=Subdir(platform),
                                 execute_link_scripts=False, show_progress=False,
                                 reporter=reporter, alternative_target_prefix=final_prefix,
                                 **rattler_install_options(choice, cache)))

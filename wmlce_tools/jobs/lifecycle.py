@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, TextIO, Tuple
 
 from ..errors import WmlError
+from ..quoting import sh_join
 from ..schedulers import (CANCEL_FINISHED, CANCEL_MARK, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
                           get_scheduler, tool_failure)
 from .registry import JobRecord, Registry
@@ -80,6 +81,18 @@ def _new_record(result, plan, state: JobState, code: Optional[int]) -> JobRecord
                      error=str(result.error), submit_command=result.submit_command, state=state, exit_code=code)
 
 
+def wml_command() -> str:
+    """How another shell runs this ``wml``: ``wml`` where it is on the system's PATH; from a
+    virtual environment (which another shell may not have activated), its script's full path;
+    else this interpreter with ``-m wmlce_tools``."""
+    script = Path(sys.executable).parent / "wml"
+    if sys.prefix == sys.base_prefix and shutil.which("wml") == str(script):
+        return "wml"
+    if script.is_file() and os.access(script, os.X_OK):
+        return sh_join([str(script)])
+    return sh_join([sys.executable, "-m", "wmlce_tools"])
+
+
 def record_local_start(result, plan, registry: Optional[Registry] = None,
                        err: TextIO = sys.stderr) -> Optional[JobRecord]:
     """A local-site job about to run: recorded RUNNING (submitted now), its ID said on ``err``
@@ -92,8 +105,9 @@ def record_local_start(result, plan, registry: Optional[Registry] = None,
         return None
     seg = plan.segment if plan is not None else None
     what = f"run {seg.chain.run_id}, segment {seg.index} of {seg.chain.length}: job" if seg is not None else "job"
+    wml = wml_command()
     err.write(f"wml: {what} {result.job_id} (@{rec.id} in wml jobs) running on this machine; from another "
-              f"shell: wml status @{rec.id}, wml logs -f @{rec.id}, wml cancel @{rec.id}\n")
+              f"shell: {wml} status @{rec.id}, {wml} logs -f @{rec.id}, {wml} cancel @{rec.id}\n")
     err.flush()
     return rec
 

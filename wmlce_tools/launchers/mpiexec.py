@@ -22,8 +22,8 @@ from typing import Optional
 
 
 
-def detect_flavor(mpiexec: str = "mpiexec", timeout: float = 10.0) -> Optional[str]:
-    """``"openmpi"``, ``"mpich"`` or None when no mpiexec is found or it does not answer."""
+def version_text(mpiexec: str = "mpiexec", timeout: float = 10.0) -> Optional[str]:
+    """What ``mpiexec --version`` prints, or None when no mpiexec is found or it does not answer."""
     exe = shutil.which(mpiexec)
     if exe is None:
         return None
@@ -31,7 +31,14 @@ def detect_flavor(mpiexec: str = "mpiexec", timeout: float = 10.0) -> Optional[s
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = (out.stdout + out.stderr).lower()
+    return out.stdout + out.stderr
+
+
+def detect_flavor(mpiexec: str = "mpiexec", timeout: float = 10.0, text: Optional[str] = None) -> Optional[str]:
+    """``"openmpi"``, ``"mpich"`` or None when no mpiexec is found or it does not answer
+    (``text``: its ``--version`` output, when already read)."""
+    text = (version_text(mpiexec, timeout) if text is None else text) or ""
+    text = text.lower()
     if "open mpi" in text or "open-mpi" in text or "openrte" in text:
         return "openmpi"
     if "hydra" in text or "mpich" in text or "intel(r) mpi" in text:

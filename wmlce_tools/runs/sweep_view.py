@@ -176,20 +176,51 @@ def _sort_key(x):
     return (1, str(x))
 
 
+FIXED_COLUMNS = ("trial", "state", "exit", "walltime_s")
+SHADOWED = "metric:"     # a metric named like a parameter (or a fixed column) whose value differs from it
+
+
+def _same(given, printed) -> bool:
+    """Whether a trial's metric ``printed`` says what its parameter ``given`` (text from the grid,
+    or a value from a YAML/CSV grid) says: ``0.5`` for ``lr=0.5``, ``2`` for ``bs=2.0``."""
+    if isinstance(printed, bool) or isinstance(given, bool):
+        return str(printed).lower() == str(given).lower()
+    if isinstance(printed, (int, float)):
+        try:
+            return float(given) == float(printed)
+        except (TypeError, ValueError):
+            return False
+    return str(printed) == str(given)
+
+
 def rows(v: SweepView, sort: Optional[str] = None) -> List[dict]:
-    """The table's rows; ``sort``: by that metric or parameter, smallest first (``-name``:
+    """One row per trial: its parameters always as the trial was given them (typed: ``64`` an int),
+    its state, and its metrics.  A metric named like a parameter (a script that prints its own
+    ``lr``) adds nothing where it says the same; where it differs in any trial it gets a column of
+    its own, ``metric:lr``.  ``sort``: by that metric or parameter, smallest first (``-name``:
     largest first); a trial without it comes last either way."""
     metric_names: List[str] = []
     for t in v.trials:
         for k in (t.metrics or {}):
             if k not in metric_names:
                 metric_names.append(k)
+
+    def fixed(t: TrialView) -> dict:
+        return {"trial": t.index, **{k: typed(x) for k, x in t.params.items()}, "state": t.state,
+                "exit": t.exit_code, "walltime_s": t.walltime_s}
+
+    columns: Dict[str, str] = {}     # metric name -> its column
+    for m in metric_names:
+        if m not in FIXED_COLUMNS and not any(m in t.params for t in v.trials):
+            columns[m] = m
+        elif any(m in (t.metrics or {}) and not (m in fixed(t) and _same(fixed(t)[m], t.metrics[m]))
+                 for t in v.trials):
+            columns[m] = SHADOWED + m
     out = []
     for t in v.trials:
-        row = {"trial": t.index, **{k: typed(x) for k, x in t.params.items()}, "state": t.state,
-               "exit": t.exit_code, "walltime_s": t.walltime_s}
-        for m in metric_names:
-            row[m] = (t.metrics or {}).get(m)
+        row = fixed(t)
+        for m, col in columns.items():
+            row[col] = (t.metrics or {}).get(m)
         out.append(row)
     if sort is not None:
         name, reverse = sort, False

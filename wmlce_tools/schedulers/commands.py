@@ -108,8 +108,9 @@ class _Running:
 
     @staticmethod
     def _pump(stream: IO[bytes], into: List[bytes]) -> None:
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            into.append(chunk)
+        with stream:        # closed at its end (else a ResourceWarning when it is collected)
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                into.append(chunk)
 
     def stderr_text(self) -> str:
         return b"".join(self.err).decode(errors="replace")

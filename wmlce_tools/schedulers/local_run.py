@@ -159,8 +159,9 @@ def run_script(argv: List[str], *, cwd: Path, env: Dict[str, str], jobdir: Path,
 
         def pump() -> None:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                say(line)
+            with proc.stdout:      # closed at its end (else a ResourceWarning when it is collected)
+                for line in proc.stdout:
+                    say(line)
 
         reader = threading.Thread(target=pump, name="wml-local-output", daemon=True)
         reader.start()

@@ -6,7 +6,7 @@ import os
 import typer
 from typing_extensions import Annotated
 
-app = typer.Typer(help="Site profiles: the machines wml knows.", no_args_is_help=True)
+app = typer.Typer(help="Site profiles: the machines wml knows.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("list")

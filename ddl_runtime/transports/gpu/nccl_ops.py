@@ -9,7 +9,7 @@ CPU tensors runs the very same code.  What Horovod's GPU build does (nccl_operat
     are padded to the longest (Horovod broadcasts each rank's part instead) and compacted after;
     a group of tensors is fused into one buffer per rank;
   * alltoall is one all_to_all_single on the byte rows (Horovod: grouped ncclSend/ncclRecv);
-  * reducescatter sums with reduce_scatter_tensor (the caller scales, as for allreduce); rows that
+  * reducescatter sums with reduce_scatter_single (the caller scales, as for allreduce); rows that
     do not divide evenly (the first ranks get one more) are padded to the longest part.  On gloo
     (CI), which has no reduce-scatter of its own, the padded tensor is all-reduced instead.
 
@@ -27,6 +27,17 @@ from .nccl import Pending
 
 def _torch():
     return sys.modules["torch"]
+
+
+def _gather_single(dist):
+    """torch's one-tensor all-gather: ``all_gather_single`` where torch has it (torch 2.13, here,
+    has it and warns that the older name ``all_gather_into_tensor`` is deprecated), else the older name."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _reduce_scatter_single(dist):
+    """``reduce_scatter_single`` where torch has it, else ``reduce_scatter_tensor`` (deprecated where it does)."""
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _bytes(t):
@@ -86,7 +97,7 @@ def allgather_start(group, tensors: Sequence, rows: Sequence[Sequence[int]], ran
     if send.numel() < block:
         send = torch.cat([send, send.new_zeros(block - send.numel())])
     gathered = torch.empty(block * size, dtype=torch.uint8, device=device)
-    works = [dist.all_gather_into_tensor(gathered, send, group=group, async_op=True)] if block else []
+    works = [_gather_single(dist)(gathered, send, group=group, async_op=True)] if block else []
     results: List = [None] * len(ts)
 
     def finish() -> None:
@@ -143,7 +154,7 @@ def reducescatter_start(group, tensors: Sequence, rows: Sequence[Sequence[int]],
         if native:
             out = t.new_empty((longest,) + rest)
             if out.numel():
-                works.append(dist.reduce_scatter_tensor(out, src, group=group, async_op=True))
+                works.append(_reduce_scatter_single(dist)(out, src, group=group, async_op=True))
         else:  # the whole (padded) tensor summed; this rank's part taken from it
             out = src.clone()
             if out.numel():

@@ -1,4 +1,6 @@
-"""Print what this rank sees, as one JSON line: ENV {...}."""
+"""Print what this rank sees, as one JSON line: ENV {...}; then $LINES long lines (to stderr with
+LINES_STREAM=stderr; all ranks at once with LINES_BARRIER=DIR), then sleep (SLEEP_RANK) or fail
+(FAIL_RANK, FAIL_CODE) as told."""
 import json
 import os
 import sys
@@ -10,8 +12,17 @@ info = {k: os.environ[k] for k in KEYS if k in os.environ}
 info["argv"] = sys.argv[1:]
 info["pid"] = os.getpid()
 print("ENV " + json.dumps(info), flush=True)
+if os.environ.get("LINES_BARRIER"):     # a directory: the ranks start their LINES together
+    import pathlib
+    import time
+    barrier = pathlib.Path(os.environ["LINES_BARRIER"])
+    (barrier / os.environ["RANK"]).touch()
+    deadline = time.monotonic() + 30
+    while len(list(barrier.iterdir())) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+lines_to = sys.stderr if os.environ.get("LINES_STREAM") == "stderr" else sys.stdout
 for i in range(int(os.environ.get("LINES", "0"))):
-    print(f"line-{os.environ['RANK']}-{i}-" + "x" * 200)
+    print(f"line-{os.environ['RANK']}-{i}-" + "x" * 200, file=lines_to)
 if os.environ.get("SLEEP_RANK") == os.environ["RANK"]:
     import time
     time.sleep(120)
