@@ -15,11 +15,13 @@ name its GPU: the list is gathered again at the first CUDA collective (every ran
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...errors import DDLError, DDLInputError, DDLMismatchError
 from .devices import GpuIdentity, local_identity, rank_gpu_index, shared_gpus
+from .family import Route, TorchBuild, route
 
 ENV = "DDL_GPU_TRANSPORT"
 TRANSPORTS = ("nccl", "ipc", "host")
@@ -41,6 +43,7 @@ class GpuState:
     staging: Any = None  # host.Staging, made on the first host-staged call
     staged: Any = None  # staged.StagedStream (the host transport's async allreduces), False where none can be
     ipc_groups: Dict[str, Any] = field(default_factory=dict)  # ipc.IpcGroup per stream of calls, made on first use
+    routes: Dict[str, Route] = field(default_factory=dict)  # device type -> its agreed route (agree_route)
 
 
 def state(rt) -> GpuState:
@@ -125,3 +128,36 @@ def agree(rt) -> Transport:
 
 def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+
+
+_ERRORS = {cls.__name__: cls for cls in (DDLError, DDLInputError, DDLMismatchError)}
+
+
+def agree_route(rt, device: str) -> Route:
+    """The agreed route of `device`'s tensors (family.py), made at the first collective on them
+    (collective: every rank of it gets here after its signature agreed).  A rank whose choice
+    failed, or ranks that chose differently, are the same one line on every rank."""
+    gpu = state(rt)
+    if device in gpu.routes:
+        return gpu.routes[device]
+    try:
+        mine = route(device, TorchBuild.of(sys.modules["torch"]), os.environ.get(ENV, "").strip().lower())
+        said = ("", mine.backend or "host memory", mine.describe())
+    except DDLError as exc:
+        mine, said = None, (type(exc).__name__, "", str(exc))
+    everyone = rt.control.allgather(said)
+    failed = [(r, s) for r, s in enumerate(everyone) if s[0]]
+    if failed:
+        rank, (kind, _, text) = failed[0]
+        raise _ERRORS.get(kind, DDLError)(f"rank {rank}: {text}")
+    chosen = {s[1] for s in everyone}
+    if len(chosen) > 1:
+        groups: Dict[str, List[int]] = {}
+        for rank, s in enumerate(everyone):
+            groups.setdefault(s[1], []).append(rank)
+        sides = "; ".join(f"{_ranks(r)}: {b}" for b, r in groups.items())
+        host = groups.get("host memory", [0])[0]  # the side whose reason names what to install, if any
+        raise DDLMismatchError(f"ranks disagree about how {device} tensors move ({sides}); rank {host}: "
+                               f"{everyone[host][2]}; set {ENV} alike and use one torch build on every rank")
+    gpu.routes[device] = mine
+    return mine
