@@ -77,6 +77,7 @@ def test_xpu_route_moves_tensors_through_host_memory_or_xccls_gloo_twin_with_two
         assert (host["backend"], host["opened"]) == (None, [])  # no process group: host memory
         assert host["said"].startswith("xpu tensors: host memory: torch ") and "whl/xpu" in host["said"]
         assert (twin["backend"], twin["opened"]) == ("xccl", ["xccl"])
+        assert rank["routes"]["hvd-xpu"]["opened"] == ["xccl"] and rank["routes"]["hvd-cuda"]["opened"] == ["nccl"]
         errs = rank["errors"]
         assert errs["disagree"]["type"] == "DDLMismatchError"
         assert "ranks disagree about how xpu tensors move (rank 0: xccl; rank 1: host memory)" in errs["disagree"]["error"]

@@ -3,6 +3,8 @@
   * this torch (CPU build, no xccl): XPU tensors move through host memory and the CPU engine;
   * xccl's group as its gloo twin (family.TWINS = {"xccl": "gloo"}): the same calls through
     nccl.py's collectives on a process group opened for "xccl";
+  * horovod.torch's negotiated device collectives open the runtime's group with xccl for XPU
+    requests (negotiated_device.group_of), nccl for CUDA ones;
   * ranks that choose differently, and xccl asked for (DDL_GPU_TRANSPORT=nccl) where this torch
     lacks it: one line on every rank, ranks in step after.
 
@@ -10,12 +12,14 @@ Rank 0 prints one SUMMARY line: every rank's {"rank", "failures", "errors", "rou
 """
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
 import ddl_runtime as ddl
+from ddl_runtime.collectives import negotiated_device
 from ddl_runtime.engine.buffers import TensorRef
 from ddl_runtime.state import runtime as _rt
 from ddl_runtime.transports import gpu
@@ -77,14 +81,22 @@ def in_step(label):
         failures.append(f"{label}: the allreduce after it was wrong (ranks out of step)")
 
 
-# -- this torch: no xccl, so host memory -------------------------------------------------------------
+# -- this torch: no xccl, so host memory, decided from what init gathered (no communication) ---------
+at_init = transport.decided_route(rt, "xpu")
+if at_init is None or at_init.backend is not None:
+    failures.append(f"init did not decide the XPU route (host memory): {at_init}")
 run_calls("host")
 # -- xccl's group as its gloo twin --------------------------------------------------------------------
 family.TWINS["xccl"] = "gloo"
-rt.gpu.routes.clear()
+rt.gpu = None  # forget what init gathered: the route is gathered again at the first XPU call
 run_calls("xccl-twin")
 if torch.distributed.get_backend(nccl._group) != "gloo":
     failures.append("the xccl twin's group is not gloo")
+# horovod.torch's negotiated device collectives take their group by the request's device
+for device in ("xpu", "cuda"):
+    negotiated_device.group_of(SimpleNamespace(set_id=0), device)  # the global set: the runtime's group
+    routes[f"hvd-{device}"] = {"opened": list(opened)}
+    opened.clear()
 
 # -- errors agreed on every rank ----------------------------------------------------------------------
 for label, setting, twins in (("disagree", "host" if R == N - 1 else "", {"xccl": "gloo"}),
@@ -92,7 +104,7 @@ for label, setting, twins in (("disagree", "host" if R == N - 1 else "", {"xccl"
     os.environ[transport.ENV] = setting
     family.TWINS.clear()
     family.TWINS.update(twins)
-    rt.gpu.routes.clear()
+    rt.gpu = None
     try:
         transport.agree_route(rt, "xpu")
         errors[label] = None
