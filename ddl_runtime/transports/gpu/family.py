@@ -55,8 +55,10 @@ class TorchBuild:
     @classmethod
     def of(cls, torch) -> "TorchBuild":
         dist = torch.distributed
-        names = [b for b in dist.Backend.backend_list if b not in ("undefined", "fake")]
-        available = frozenset(b for b in names if dist.is_available() and dist.is_backend_available(b))
+        available: FrozenSet[str] = frozenset()
+        if dist.is_available():  # a torch built without distributed has no backends (and no Backend)
+            names = [b for b in dist.Backend.backend_list if b not in ("undefined", "fake")]
+            available = frozenset(b for b in names if dist.is_backend_available(b))
         return cls(str(torch.__version__), getattr(torch.version, "hip", None), available)
 
     def has(self, backend: str) -> bool:
