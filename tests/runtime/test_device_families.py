@@ -8,7 +8,9 @@ through host memory (this torch has no xccl) and through xccl's gloo twin.
 import pytest
 import torch
 
+from ddl_runtime.engine.buffers import TensorRef
 from ddl_runtime.errors import DDLError, DDLInputError
+from ddl_runtime.transports.gpu.devices import device_problem
 from ddl_runtime.transports.gpu import family, nccl
 from ddl_runtime.transports.gpu.family import TorchBuild, family_of, missing_backend, route
 
@@ -52,6 +54,15 @@ def test_a_backend_asked_for_and_missing_is_one_line_naming_what_to_install():
         route("xpu", XPU, "ipc")
     with pytest.raises(DDLInputError, match=r"device 'mps' is not supported"):
         route("mps", CPU)
+
+
+def test_xpu_tensors_are_taken_by_the_collectives_and_a_mixed_group_is_one_line():
+    def ref(name, device, index):
+        return TensorRef(None, name, "float32", (4,), None, "torch", device, index=index)
+    assert device_problem([ref("w", "xpu", 0), ref("v", "xpu", 0)], None) is None  # no CUDA GPU: XPU still taken
+    mixed = device_problem([ref("a", "cpu", None), ref("w", "xpu", 0)], None)
+    assert "'a' on cpu, 'w' on xpu:0" in mixed and "\n" not in mixed
+    assert "only cpu, cuda, xpu tensors are supported" in device_problem([ref("m", "mps", 0)], None)
 
 
 def test_this_torch_reports_its_own_build_and_refuses_a_group_it_cannot_open_in_one_line():
