@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine import kernels
 from ..transports.gpu import nccl, nccl_ops
+from ..transports.gpu.transport import decided_route
 
 
 class DeviceFlight(kernels.InFlight):
@@ -28,10 +29,13 @@ class DeviceFlight(kernels.InFlight):
         return self.done
 
 
-def group_of(ctl):
-    """The process group of the controller's process set."""
+def group_of(ctl, device: str = "cuda"):
+    """The process group of the controller's process set; the runtime's group is opened with the
+    backend of `device`'s family: nccl (NCCL, RCCL in a ROCm build) or, for XPU tensors, xccl."""
     from ..state import runtime
-    world = nccl.process_group(runtime.current())
+    rt = runtime.current()
+    chosen = decided_route(rt, device) if device == "xpu" else None
+    world = nccl.process_group(rt, chosen.backend if chosen is not None and chosen.backend else "nccl")
     if ctl.set_id == 0:
         return world
     group = getattr(ctl, "device_group", None)
@@ -44,7 +48,7 @@ def post(ctl, kind: str, entry, handle) -> kernels.InFlight:
     """Start the negotiated `kind` ("allgather", "broadcast", "alltoall", "reducescatter") of this
     rank's request on the device; returns its flight (done when the group's work is, outputs set)."""
     req = handle.request
-    group = group_of(ctl)
+    group = group_of(ctl, req.device)
     size = ctl.size
     if kind == "allgather":
         rows = [[int(entry.descs[r][3][i][2][0]) if entry.descs[r][3][i][2] else 1 for r in range(size)]

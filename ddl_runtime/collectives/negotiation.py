@@ -559,7 +559,8 @@ class Controller:
             if chosen is not None and chosen.name == "ipc":
                 pending = gpu.device_allreduce_start(rt, tensors, {"average": "avg"}.get(op, op), comm=self.data)
             else:   # NCCL: the group of the request's process set (negotiated_device.group_of)
-                pending = nccl.allreduce_start(negotiated_device.group_of(self), tensors, {"average": "avg"}.get(op, op),
+                device = group[0][2][1].partition("@")[2]  # "<dtype>@<device>", one device per fused group
+                pending = nccl.allreduce_start(negotiated_device.group_of(self, device), tensors, {"average": "avg"}.get(op, op),
                                                self.size, [])
 
         def finish() -> None:

@@ -20,7 +20,7 @@ from mpi4py import MPI
 from ..state import runtime as _rt
 from ..engine.algorithms import MPI_OPS, MPI_TYPES, split_counts
 from ..engine.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, is_torch_tensor, new_like
-from ..transports.gpu.devices import device_problem
+from ..transports.gpu.devices import DEVICES, device_problem
 from ..engine.fusion import plan_buckets
 from ..transports.shm.output_pool import RESULTS, packed_layout
 from ..engine.refcache import RefCache
@@ -127,10 +127,11 @@ def _describe(kind: str, refs: Sequence[TensorRef]) -> str:
 
 def _on_device(refs: Sequence[TensorRef]) -> bool:
     """True when any tensor is off the CPU: the call takes the device path (ddl_runtime.transports.gpu).
-    A device other than cpu/cuda (meta, mps, ...) is refused here, before any communication."""
+    A device other than cpu/cuda/xpu (meta, mps, ...) is refused here, before any communication."""
     for ref in refs:
-        if ref.device not in ("cpu", "cuda"):
-            raise DDLInputError(f"tensor '{ref.name}' is on device '{ref.device}'; only cpu and cuda tensors are supported")
+        if ref.device not in DEVICES:
+            raise DDLInputError(f"tensor '{ref.name}' is on device '{ref.device}'; only {', '.join(DEVICES)} tensors "
+                                "are supported")
     return any(ref.device != "cpu" for ref in refs)
 
 
@@ -365,9 +366,9 @@ def _sources(tensors: list, op: Any, names: Optional[Sequence[str]], what: str) 
     names = _names(tensors, names, what)
     refs = []
     for t, n in zip(tensors, names):
-        if not isinstance(t, np.ndarray) and not (is_torch_tensor(t) and t.device.type == "cuda"):
+        if not isinstance(t, np.ndarray) and not (is_torch_tensor(t) and t.device.type in DEVICES[1:]):
             raise DDLInputError(f"{what}: tensor '{n}' is a {type(t).__name__}; out of place takes numpy arrays "
-                                "or CUDA tensors")
+                                "or GPU tensors (cuda, xpu)")
         refs.append(as_tensor(t, n, writable=False))
     _check_avg(op, refs, what)
     return refs

@@ -11,6 +11,11 @@ in the tensor's dtype, as Horovod's GPU build does.  As there, every rank count 
 included.  Reductions need a dtype NCCL reduces (not bool, int16); moves take any dtype (bytes).
 What the route does not take goes through the host staging (mpi_ops._staging).
 
+XPU tensors (Aurora) take the same route on torch.distributed's xccl group (oneCCL) where every
+rank's torch has xccl (transports/gpu/family.py, decided from what init gathered), else host memory;
+on a process set other than the global one once the xccl group exists (the global set's first XPU
+collective makes it: at_add_process_set opens only the CUDA transport's group).
+
 `DEVICES` is the device types the route takes: CI adds "cpu" to run it on CPU tensors through a
 gloo group (tests/runtime/mpi_scripts/hvd_device_route_job.py).
 """
@@ -25,7 +30,7 @@ from ddl_runtime.collectives.negotiation import Handle
 
 from ..common.requests import submit
 
-DEVICES = {"cuda"}
+DEVICES = {"cuda", "xpu"}
 NCCL_REDUCE_DTYPES = {torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
                       torch.float32, torch.float64}
 
@@ -38,10 +43,11 @@ def takes(tensors: Sequence[Any], process_set, reduce: bool = False) -> bool:
     if not tensors:
         return False
     from ddl_runtime.state import runtime
-    from ddl_runtime.transports.gpu.transport import decided, state
+    from ddl_runtime.transports.gpu.transport import decided, decided_route, state
     rt = runtime.get()
     if rt is None:
         return False
+    xpu = isinstance(tensors[0], torch.Tensor) and tensors[0].device.type == "xpu"
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.device.type not in DEVICES:
             return False
@@ -49,9 +55,14 @@ def takes(tensors: Sequence[Any], process_set, reduce: bool = False) -> bool:
             return False
         if t.device.type == "cuda" and t.device.index != state(rt).index:
             return False  # another GPU than the rank's: through host memory, as before
-    chosen = decided(rt)
-    if chosen is None or chosen.name != "nccl":
-        return False
+    if xpu:  # xccl where every rank's torch has it (decided from what init gathered), else host memory
+        chosen_xpu = decided_route(rt, "xpu")
+        if chosen_xpu is None or chosen_xpu.backend is None:
+            return False
+    else:
+        chosen = decided(rt)
+        if chosen is None or chosen.name != "nccl":
+            return False
     set_id = getattr(process_set, "process_set_id", None) if process_set is not None else 0
     if set_id == 0:
         return True

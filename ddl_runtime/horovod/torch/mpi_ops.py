@@ -242,9 +242,10 @@ def _allreduce_on_device(tensors, outputs, name, op_name, prescale, postscale, p
         same = target is not None and target.device == t.device and target.dtype == t.dtype and target.is_contiguous()
         inputs.append(_scaled(t.detach(), prescale).contiguous())
         outs.append(target.detach() if same else None)
+    device = "xpu" if tensors[0].device.type == "xpu" else "cuda"  # CI's twin runs cpu tensors as cuda
     handle = _submit("allreduce", name, (op_name, prescale, postscale), inputs, outs, process_set, what,
-                     group=group, device="cuda")
-    post = _device_postscale(op_name, postscale, process_set, "cuda", what)
+                     group=group, device=device)
+    post = _device_postscale(op_name, postscale, process_set, device, what)
 
     def finish(h: Handle) -> List[torch.Tensor]:
         results = []

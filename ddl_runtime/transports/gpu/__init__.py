@@ -1,4 +1,4 @@
-"""GPU (CUDA) tensors: the device transports.
+"""GPU tensors (CUDA, ROCm, XPU): the device transports.
 
 ops.py validates a call, agrees on its signature and on where its tensors are (devices.py:
 a CUDA tensor on a rank without a GPU, on a GPU other than the rank's, or a group that mixes
@@ -13,6 +13,10 @@ devices is one line on every rank), then hands the tensors here:
     `allreduce_n_async` there runs in a thread of its own over shared memory of its own, so it
     overlaps with the caller's work: staged.py).  `DDL_GPU_TRANSPORT=nccl|ipc|host` forces one.
 
+Device families (family.py): ROCm tensors are `cuda` tensors to torch's HIP build and take all of
+the above, its `nccl` backend being RCCL; XPU tensors (Aurora) take torch.distributed's `xccl`
+backend (oneCCL) where this torch has it, else host memory through the CPU engine (xpu.py).
+
 Results are on the input's device, in order on the caller's stream.  The host callables
 (`reduce_host`, `bcast_host`, `gather_host`) are ops.py's CPU collectives without their
 agreement, which has already happened.
@@ -22,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ...engine.buffers import TensorRef
-from . import ipc, mpi, nccl
+from . import ipc, mpi, nccl, xpu
 from .host import Staging
 from .staged import StagedStream
 from .transport import agree, decided, state
@@ -73,6 +77,8 @@ def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, r
     a handle whose wait() returns `results`.  `asynchronous` (allreduce_n_async): on the host
     transport the reduction overlaps with the caller's work (staged.py)."""
     if rt.size > 1:
+        if xpu.takes(refs):
+            return xpu.allreduce_start(rt, targets, op, results, reduce_host)
         if mpi.takes(refs):
             mpi.allreduce(rt, [_retarget(r, t) for r, t in zip(refs, targets)], op)
         elif agree(rt).name == "nccl":
@@ -91,7 +97,9 @@ def allreduce_start(rt, refs: Sequence[TensorRef], targets: Sequence, op: str, r
 def bcast(rt, refs: Sequence[TensorRef], root: int, bcast_host: Callable[[list], None]) -> None:
     if rt.size == 1:
         return
-    if mpi.enabled():
+    if xpu.takes(refs):
+        xpu.bcast(rt, [r.obj for r in refs], root, bcast_host)
+    elif mpi.enabled():
         mpi.bcast(rt, refs, root)
     elif agree(rt).name == "nccl":
         nccl.broadcast(nccl.process_group(rt), [r.obj for r in refs], root)
@@ -106,6 +114,8 @@ def allgather(rt, ref: TensorRef, gather_host: Callable):
     tensor = ref.obj
     if rt.size == 1:
         return (tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()).clone()
+    if xpu.takes([ref]):
+        return xpu.allgather(rt, tensor, gather_host)
     if agree(rt).name == "nccl":
         return nccl.allgather(nccl.process_group(rt), tensor, rt.size)
     if agree(rt).name == "ipc":

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence
 
 from ...engine.buffers import TensorRef
 
+DEVICES = ("cpu", "cuda", "xpu")  # torch device types the collectives take (ROCm's tensors are "cuda")
+
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -67,13 +69,13 @@ def shared_gpus(identities: Sequence[Optional[GpuIdentity]]) -> Dict[str, List[i
 def device_problem(refs: Sequence[TensorRef], gpu_index: Optional[int]) -> Optional[str]:
     """Why this call's tensors cannot go through this rank's device transport, or None.
 
-    Checked: every tensor on cpu or cuda; all on one device (a mixed group); a CUDA tensor on
+    Checked: every tensor on cpu, cuda or xpu; all on one device (a mixed group); a CUDA tensor on
     a rank that has no GPU; a CUDA tensor on a GPU other than the rank's.  The text is one line
     naming the tensor; ops.py agrees on it across ranks so every rank raises it.
     """
     for ref in refs:
-        if ref.device not in ("cpu", "cuda"):
-            return f"tensor '{ref.name}' is on device '{ref.device}'; only cpu and cuda tensors are supported"
+        if ref.device not in DEVICES:
+            return f"tensor '{ref.name}' is on device '{ref.device}'; only {', '.join(DEVICES)} tensors are supported"
     devices = {_device(ref) for ref in refs}
     if len(devices) > 1:
         first = refs[0]

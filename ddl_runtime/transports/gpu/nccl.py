@@ -14,6 +14,7 @@ import sys
 from typing import Callable, List, Sequence
 
 from ...errors import DDLError
+from .family import TWINS, TorchBuild, missing_backend
 
 _group = None
 _owned = False  # True when the runtime created the process group (finalize destroys it)
@@ -21,11 +22,18 @@ _owned = False  # True when the runtime created the process group (finalize dest
 
 def process_group(rt, backend: str = "nccl"):
     """The runtime's process group, created on first use (collectively: every rank gets here).
-    Rank 0 opens a TCPStore on a free port and broadcasts its address over the control communicator."""
+    Rank 0 opens a TCPStore on a free port and broadcasts its address over the control communicator.
+    `backend`: nccl (NCCL, or RCCL in torch's ROCm build), xccl (oneCCL, XPU tensors), gloo; one this
+    torch lacks is one line naming what to install (family.py), raised before any communication."""
     global _group, _owned
-    dist = sys.modules["torch"].distributed
+    torch = sys.modules["torch"]
+    dist = torch.distributed
     if _group is not None:
         return _group
+    build = TorchBuild.of(torch)
+    if not build.has(backend):
+        raise DDLError(missing_backend(backend, build))
+    backend = TWINS.get(backend, backend)
     if dist.is_initialized():
         if dist.get_backend() != backend:
             raise DDLError(f"torch.distributed is already initialized with backend '{dist.get_backend()}'; "

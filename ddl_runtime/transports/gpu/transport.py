@@ -15,11 +15,13 @@ name its GPU: the list is gathered again at the first CUDA collective (every ran
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...errors import DDLError, DDLInputError, DDLMismatchError
 from .devices import GpuIdentity, local_identity, rank_gpu_index, shared_gpus
+from .family import Route, TorchBuild, route
 
 ENV = "DDL_GPU_TRANSPORT"
 TRANSPORTS = ("nccl", "ipc", "host")
@@ -36,11 +38,12 @@ class GpuState:
     """The runtime's device state (Runtime.gpu): the agreed transport and what it keeps between calls."""
 
     index: Optional[int]  # this rank's CUDA index, None without a GPU
-    everyone: Optional[list] = None  # every rank's (DDL_GPU_TRANSPORT, GpuIdentity or None), gathered at init
+    everyone: Optional[list] = None  # every rank's (DDL_GPU_TRANSPORT, GpuIdentity or None, XPU route said), at init
     transport: Optional[Transport] = None
     staging: Any = None  # host.Staging, made on the first host-staged call
     staged: Any = None  # staged.StagedStream (the host transport's async allreduces), False where none can be
     ipc_groups: Dict[str, Any] = field(default_factory=dict)  # ipc.IpcGroup per stream of calls, made on first use
+    routes: Dict[str, Route] = field(default_factory=dict)  # device type -> its agreed route (agree_route)
 
 
 def state(rt) -> GpuState:
@@ -50,7 +53,9 @@ def state(rt) -> GpuState:
 
 
 def _mine(gpu: GpuState) -> tuple:
-    return (os.environ.get(ENV, ""), local_identity(gpu.index))
+    """What this rank sends: its setting, its GPU, and how it would move XPU tensors (None without torch)."""
+    return (os.environ.get(ENV, ""), local_identity(gpu.index),
+            _route_said("xpu") if "torch" in sys.modules else None)
 
 
 def at_init(rt) -> GpuState:
@@ -61,7 +66,7 @@ def at_init(rt) -> GpuState:
 
 
 def _known(everyone: Optional[list]) -> bool:
-    return everyone is not None and any(ident is not None for _, ident in everyone)
+    return everyone is not None and any(e[1] is not None for e in everyone)
 
 
 def decided(rt) -> Optional[Transport]:
@@ -69,7 +74,7 @@ def decided(rt) -> Optional[Transport]:
     GPU then (identically on every rank, errors included), else None."""
     gpu = state(rt)
     if gpu.transport is None and _known(gpu.everyone):
-        gpu.transport = decide([s for s, _ in gpu.everyone], [i for _, i in gpu.everyone])
+        gpu.transport = decide([e[0] for e in gpu.everyone], [e[1] for e in gpu.everyone])
     return gpu.transport
 
 
@@ -119,9 +124,57 @@ def agree(rt) -> Transport:
     gpu = state(rt)
     if decided(rt) is None:
         gpu.everyone = rt.control.allgather(_mine(gpu))
-        gpu.transport = decide([s for s, _ in gpu.everyone], [i for _, i in gpu.everyone])
+        gpu.transport = decide([e[0] for e in gpu.everyone], [e[1] for e in gpu.everyone])
     return gpu.transport
 
 
 def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+
+
+_ERRORS = {cls.__name__: cls for cls in (DDLError, DDLInputError, DDLMismatchError)}
+
+
+def _route_said(device: str) -> tuple:
+    """This rank's route for `device`'s tensors as every rank can compare it: ("", Route) or
+    (error type, its line)."""
+    try:
+        return ("", route(device, TorchBuild.of(sys.modules["torch"]), os.environ.get(ENV, "").strip().lower()))
+    except DDLError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _settle(device: str, everyone: Sequence[tuple]) -> Route:
+    """This rank's route from every rank's `_route_said`: a rank's failure, or ranks that would move
+    the tensors differently, is the same one line on every rank."""
+    failed = [(r, s) for r, s in enumerate(everyone) if s[0]]
+    if failed:
+        rank, (kind, text) = failed[0]
+        raise _ERRORS.get(kind, DDLError)(f"rank {rank}: {text}")
+    groups: Dict[str, List[int]] = {}
+    for rank, (_, chosen) in enumerate(everyone):
+        groups.setdefault(chosen.backend or "host memory", []).append(rank)
+    if len(groups) > 1:
+        sides = "; ".join(f"{_ranks(r)}: {b}" for b, r in groups.items())
+        host = groups.get("host memory", [0])[0]  # the side whose reason names what to install, if any
+        raise DDLMismatchError(f"ranks disagree about how {device} tensors move ({sides}); rank {host}: "
+                               f"{everyone[host][1].describe()}; set {ENV} alike and use one torch build on every rank")
+    return everyone[0][1]
+
+
+def decided_route(rt, device: str) -> Optional[Route]:
+    """The route of `device`'s tensors without communicating: from what init gathered (XPU; torch
+    loaded at init), identically on every rank, errors included; else None."""
+    gpu = state(rt)
+    if device not in gpu.routes and device == "xpu" and gpu.everyone and all(e[2] for e in gpu.everyone):
+        gpu.routes[device] = _settle(device, [e[2] for e in gpu.everyone])
+    return gpu.routes.get(device)
+
+
+def agree_route(rt, device: str) -> Route:
+    """The agreed route of `device`'s tensors (family.py): as init decided it, else gathered now
+    (collective: every rank of the first call on such tensors gets here after its signature agreed)."""
+    gpu = state(rt)
+    if decided_route(rt, device) is None:
+        gpu.routes[device] = _settle(device, rt.control.allgather(_route_said(device)))
+    return gpu.routes[device]

@@ -54,9 +54,9 @@ if out is not ts:
 check("allreduce avg f32", ts[0], (total(100) / N).to(torch.float32))
 check("allreduce avg f64", ts[1], total(8, 1) / N)
 b = value(R, 6, shift=3)
-gpu.bcast(rt, [SimpleNamespace(obj=b)], N - 1, None)
+gpu.bcast(rt, [SimpleNamespace(obj=b, device="cuda")], N - 1, None)  # a CUDA ref's fields the route reads
 check("bcast", b, value(N - 1, 6, shift=3))
-got = gpu.allgather(rt, SimpleNamespace(obj=torch.full((R + 1, 2), float(R))), None)
+got = gpu.allgather(rt, SimpleNamespace(obj=torch.full((R + 1, 2), float(R)), device="cuda"), None)
 check("allgather", got, torch.cat([torch.full((r + 1, 2), float(r)) for r in range(N)]))
 
 # horovod's negotiated device route: opposite submit orders, fused per dtype, its own IPC group
