@@ -34,7 +34,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, Dict, List, Sequence
+import time
+from typing import Any, Callable, Dict, List, Sequence
 
 
 def _default_backend() -> None:
@@ -62,6 +63,8 @@ from ddl_runtime.engine.buffers import SUPPORTED_DTYPES  # noqa: E402
 from ddl_runtime.collectives.crossrank import check_consistent as _check_consistent, gather_rows as _gather_rows  # noqa: E402
 from ddl_runtime.errors import DDLError, DDLInputError as _InputError, DDLMismatchError as _MismatchError  # noqa: E402
 from ddl_runtime.checkpoint.keras import WalltimeCheckpoint  # noqa: E402,F401
+from ddl_runtime.core.stats import gradient_reduction  # noqa: E402
+from ddl_runtime.state import runtime as _runtime  # noqa: E402
 
 __all__ = [
     "init",
@@ -202,7 +205,8 @@ def _average_gradients_tf(grads: List[Any], names: List[str], op: str) -> List[A
 
     present = [i for i, g in enumerate(grads) if g is not None]
     dense = [tf.convert_to_tensor(grads[i]) for i in present]
-    reduced = ddl_tf.allreduce_n(dense, op=op, names=[f"grad:{names[i]}" for i in present])
+    with gradient_reduction():  # each run of it ends a step in this rank's record (core/stats.py)
+        reduced = ddl_tf.allreduce_n(dense, op=op, names=[f"grad:{names[i]}" for i in present])
     out: List[Any] = [None] * len(grads)
     for i, r in zip(present, reduced):
         out[i] = r
@@ -227,7 +231,8 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
         tensors.append(like.new_zeros(tuple(v.shape), dtype=torch.float32) if g is None else g.contiguous())
     dtype = next((t.dtype for t, p in zip(tensors, present) if p), torch.float32)
     flags = like.new_tensor([1.0 if p else 0.0 for p in present], dtype=dtype)
-    _ddl.allreduce_n(tensors + [flags], op=op, names=[f"grad:{n}" for n in names] + ["grad-flags"])
+    reduce_torch_gradients(lambda: _ddl.allreduce_n(tensors + [flags], op=op,
+                                                    names=[f"grad:{n}" for n in names] + ["grad-flags"]), tensors)
     reduced_flags = flags.to(torch.float64).cpu()  # reduced in place, like the gradients
     if op == "sum":
         reduced_flags = reduced_flags / size()
@@ -249,6 +254,16 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
             + "; every rank must compute a gradient for the same variables"
         )
     return averaged
+
+
+def reduce_torch_gradients(reduce: Callable[[], Any], tensors: Sequence[Any]) -> Any:
+    """reduce() (a step's gradient reduction on Keras' torch backend, run eagerly every step), its
+    time and bytes reported to this rank's record, which ends a step (core/stats.py)."""
+    start = time.perf_counter()
+    out = reduce()
+    _runtime.current().stats.reduced(time.perf_counter() - start,
+                                     sum(t.numel() * t.element_size() for t in tensors))
+    return out
 
 
 def _mix_in(obj: Any, mixin: type) -> None:
@@ -287,6 +302,32 @@ def DistributedOptimizer(optimizer: "keras.optimizers.Optimizer", op: str = "avg
 # callbacks
 
 
+class StepBoundary:
+    """A callback's train batch end is a step's end in this rank's record (core/stats.py).
+
+    Keras compiles its train step, so the batch hooks are what runs in Python every step.  With
+    ``steps_per_execution`` > 1 a hook sees several steps at once: the gradient reductions end
+    the steps then, as they do in a custom loop.
+    """
+
+    def __init__(self) -> None:
+        self._stats = None
+
+    def begin(self, model: "keras.Model") -> None:
+        if (getattr(model, "steps_per_execution", 1) or 1) == 1:
+            self._stats = _runtime.current().stats
+            self._stats.claim_steps(self)
+
+    def batch_end(self) -> None:
+        if self._stats is not None and self._stats.ends_steps(self):
+            self._stats.end_step()
+
+    def end(self) -> None:
+        if self._stats is not None:
+            self._stats.release_steps(self)
+            self._stats = None
+
+
 class DDLCallback(keras.callbacks.Callback):
     """Keeps ranks in lock step and averages the epoch metrics over ranks.
 
@@ -299,6 +340,7 @@ class DDLCallback(keras.callbacks.Callback):
         _backend()
         init()
         self.op = op
+        self._steps = StepBoundary()
 
     def on_train_begin(self, logs=None):
         model = self.model
@@ -307,6 +349,7 @@ class DDLCallback(keras.callbacks.Callback):
         DistributedOptimizer(model.optimizer, op=self.op)
         if _backend() == "tensorflow":
             _prepare_tf_train_step(model)
+        self._steps.begin(model)
         params = self.params or {}
         steps, epochs = params.get("steps"), params.get("epochs")
         if size() > 1:
@@ -334,6 +377,12 @@ class DDLCallback(keras.callbacks.Callback):
         avg = np.asarray(_ddl.allreduce(values, op="sum"), dtype=np.float64) / size()
         for k, v in zip(keys, avg):
             logs[k] = float(v)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps.batch_end()
+
+    def on_train_end(self, logs=None):
+        self._steps.end()
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_logs(logs)

@@ -62,8 +62,8 @@ class JobOptions:
     container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", metavar="NAME", help="With --container: which of the site's runtimes (default: its container.runtime; Perlmutter: shifter or podman-hpc).")] = None
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
 
-    mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem=, LSF rusage[mem=].")] = None
-    exclusive: Annotated[bool, typer.Option("--exclusive", help="Nodes not shared with other jobs: sbatch --exclusive, PBS place=excl, bsub -x.")] = False
+    mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem= (LSF and Cobalt jobs get whole nodes: refused).")] = None
+    exclusive: Annotated[bool, typer.Option("--exclusive", help="Nodes not shared with other jobs: sbatch --exclusive, PBS place=excl (LSF and Cobalt never share a job's nodes: refused).")] = False
     reservation: Annotated[Optional[str], typer.Option("--reservation", help="Run in this reservation: sbatch --reservation, bsub -U; on PBS Pro and Cobalt the reservation's queue.")] = None
     mail: Annotated[Optional[str], typer.Option("--mail", help="Mail this user or address when the job ends or fails (sbatch --mail-user, qsub -M, bsub -u, Cobalt --notify).")] = None
     begin: Annotated[Optional[str], typer.Option("--begin", help="Start no earlier than HH:MM or YYYY-MM-DDTHH:MM[:SS] (sbatch --begin, qsub -a, bsub -b).")] = None

@@ -13,6 +13,13 @@ before finalize leaves its last state).  `<dir>` is `DDL_STATS_DIR`, else `$WML_
 (core/jobenv.py); neither set: nothing is written.
 
 Rooms above add sections (LMS: `section("lms", fn)`) without this room importing them.
+
+Keras and TensorFlow compile their training step, so Python placed in the step runs once, while
+it is traced.  Two things there run every step: a Keras callback's batch hook, and the body of a
+gradient reduction (a `tf.numpy_function`, or plain Python eagerly and on Keras' torch backend).
+A reduction built inside `gradient_reduction()` reports its time and bytes to `reduced()`, which
+ends the step (a custom loop, `DistributedGradientTape`); a callback that `claim_steps()` ends
+the steps itself at each batch's end and the reductions' time and bytes go into its steps.
 """
 from __future__ import annotations
 
@@ -20,9 +27,11 @@ import base64
 import json
 import os
 import socket
+import threading
 import time
 from array import array
-from typing import Callable, Dict, Optional
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, Optional
 
 RING = 1024              # steps kept one by one (4 bytes each, twice)
 FORMAT = 1               # the file's "format": what `wml report` expects
@@ -34,6 +43,24 @@ SECTIONS: Dict[str, Callable[[], Optional[dict]]] = {}   # name -> () -> dict (o
 def section(name: str, provider: Callable[[], Optional[dict]]) -> None:
     """A room above the runtime adds `name` to every rank's record (called when the record is written)."""
     SECTIONS[name] = provider
+
+
+_building = threading.local()
+
+
+@contextmanager
+def gradient_reduction() -> Iterator[None]:
+    """Reductions built (or run eagerly) in this block are a training step's gradient reduction."""
+    before = getattr(_building, "on", False)
+    _building.on = True
+    try:
+        yield
+    finally:
+        _building.on = before
+
+
+def building_gradient_reduction() -> bool:
+    return getattr(_building, "on", False)
 
 
 def rank_file(directory: str, rank: int) -> str:
@@ -80,10 +107,17 @@ class RunStats:
         self._last_end = self._origin
         self._last_write = self._origin
         self.status = "running"
+        self._pending_comm_s = 0.0                 # reductions since the last step's end (reduced())
+        self._pending_bytes = 0
+        self._step_owner: Optional[object] = None  # a callback that ends the steps (claim_steps)
 
     # -- the training path ------------------------------------------------------------------
     def end_step(self, comm_s: float = 0.0, nbytes: int = 0) -> None:
         """A step ended now; `comm_s` of it went to its collectives, which reduced `nbytes`."""
+        if self._pending_bytes or self._pending_comm_s:
+            comm_s += self._pending_comm_s
+            nbytes += self._pending_bytes
+            self._pending_comm_s, self._pending_bytes = 0.0, 0
         now = self.clock()
         step = now - self._last_end
         self._last_end = now
@@ -103,6 +137,25 @@ class RunStats:
                 self.max_step_s = step
         if self.directory is not None and now - self._last_write >= self.interval_s:
             self.write("running")
+
+    def reduced(self, comm_s: float, nbytes: int) -> None:
+        """A step's gradient reduction took `comm_s` and reduced `nbytes`: the step ends here,
+        unless a callback ends the steps (then they go into its step)."""
+        self._pending_comm_s += comm_s
+        self._pending_bytes += nbytes
+        if self._step_owner is None:
+            self.end_step()
+
+    def claim_steps(self, owner: object) -> None:
+        """`owner` (a callback) ends the steps from now on (the last to claim: two in one fit count once)."""
+        self._step_owner = owner
+
+    def release_steps(self, owner: object) -> None:
+        if self._step_owner is owner:
+            self._step_owner = None
+
+    def ends_steps(self, owner: object) -> bool:
+        return self._step_owner is owner
 
     # -- the record ---------------------------------------------------------------------------
     def _ring(self, values: array) -> str:

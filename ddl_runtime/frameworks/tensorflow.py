@@ -43,6 +43,7 @@ agreed stop, saves and exits 75.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
@@ -55,7 +56,9 @@ from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 
 import ddl_runtime as _ddl
 from ddl_runtime.engine.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES
+from ddl_runtime.core.stats import building_gradient_reduction, gradient_reduction
 from ddl_runtime.errors import DDLError, DDLInputError, DDLMismatchError
+from ddl_runtime.state import runtime as _runtime
 from ddl_runtime.transports.shm.output_pool import ALIGN, RESULTS, packed_layout
 from ddl_runtime.checkpoint.tensorflow import Checkpointer  # noqa: F401  (training that outlives a job)
 
@@ -343,6 +346,26 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
     return outs
 
 
+def timed_gradient_step(core: Callable[[List[np.ndarray]], Any]) -> Callable[[List[np.ndarray]], Any]:
+    """`core` as it is built now: inside core.stats.gradient_reduction() each run of it (every
+    step, also in a traced function) reports its time and bytes to this rank's record."""
+    if not building_gradient_reduction():
+        return core
+    stats = _runtime.current().stats
+    size = [-1, 0]     # gradients keep their variables' shapes: their bytes, counted once per count
+
+    def timed(arrays):
+        start = time.perf_counter()
+        out = core(arrays)
+        spent = time.perf_counter() - start
+        if size[0] != len(arrays):
+            size[:] = [len(arrays), sum(a.nbytes for a in arrays)]
+        stats.reduced(spent, size[1])
+        return out
+
+    return timed
+
+
 def _keeping_ddl_error(core: Callable[[List[np.ndarray]], Any], arrays: List[np.ndarray]) -> Any:
     """core(arrays) inside a tf.numpy_function: a DDLError it raises is kept for last_error()
     (and for _raise_ddl_errors_as_themselves) before TensorFlow turns it into an OpError."""
@@ -424,6 +447,8 @@ def _reduce_n(tensors: List[tf.Tensor], op: str, mpi: bool, check: float, names:
     def core(arrays):  # out of place: read TensorFlow's buffers, results in memory the runtime picks
         return _ddl.allreduce_n_fresh(arrays, op=op, mpi=mpi, check=check, names=names)[1]
 
+    core = timed_gradient_step(core)
+
     def forward(ts):
         if tf.executing_eagerly() and all(t.dtype in _DLPACK_TF and "CPU" in t.device for t in ts):
             # the hot path of an eager training step: TensorFlow's buffers in, pooled memory out
@@ -461,10 +486,10 @@ def _graph_one_output(ts: List[tf.Tensor], op: str, mpi: bool, check: float, nam
     offsets, total = packed_layout(sizes, dtype.itemsize)
     shapes = [tuple(t.shape.as_list()) for t in ts]
 
+    core = timed_gradient_step(lambda a: _ddl.allreduce_n_fresh(a, op=op, mpi=mpi, check=check, names=names)[0])
+
     def fn(*arrays):
-        return _keeping_ddl_error(
-            lambda a: _ddl.allreduce_n_fresh(a, op=op, mpi=mpi, check=check, names=names)[0],
-            [np.asarray(a) for a in arrays])
+        return _keeping_ddl_error(core, [np.asarray(a) for a in arrays])
 
     _check_not_xla("allreduce_n")
     flat_t = tf.numpy_function(fn, ts, ts[0].dtype, stateful=True, name="ddl_allreduce_n")
@@ -668,7 +693,9 @@ class DistributedGradientTape:
             names = [f"source.{i}" for i in range(len(flat))]
         present = [i for i, g in enumerate(flat) if g is not None]
         dense = [tf.convert_to_tensor(flat[i]) for i in present]
-        reduced = allreduce_n(dense, op=self._op, names=[f"grad:{names[i]}" for i in present]) if size() > 1 else dense
+        with gradient_reduction():  # each run of it ends a step in this rank's record (core/stats.py)
+            reduced = allreduce_n(dense, op=self._op, names=[f"grad:{names[i]}" for i in present]) \
+                if size() > 1 else dense
         out = list(flat)
         for i, r in zip(present, reduced):
             out[i] = r

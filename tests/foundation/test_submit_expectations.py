@@ -95,22 +95,24 @@ def test_two_numbers_read_unlike_sbatch_are_refused_naming_both(run_wml, program
     assert ok.returncode == 0 and "warning" not in ok.stderr and "#BSUB -W 1:30" in ok.stdout
 
 
-PASS = ["--mem", "64G", "--exclusive", "--reservation", "res1", "--mail", "me@example.org",
-        "--begin", "2026-12-01T08:00", "-C", "hbm80g"]
+PASS = ["--reservation", "res1", "--mail", "me@example.org", "--begin", "2026-12-01T08:00", "-C", "hbm80g"]
+WHOLE_NODES = ["--mem", "64G", "--exclusive"]     # not on LSF: its jobs get whole nodes (passthrough.py)
 
 
-@pytest.mark.parametrize("site, lines", [
-    ("perlmutter", ["#SBATCH --constraint=gpu&hbm80g", "#SBATCH --mem=64G", "#SBATCH --exclusive",
-                    "#SBATCH --reservation=res1", "#SBATCH --mail-user=me@example.org",
-                    "#SBATCH --mail-type=END,FAIL", "#SBATCH --begin=2026-12-01T08:00:00"]),
-    ("summit", ['#BSUB -R "rusage[mem=64GB]"', "#BSUB -x", "#BSUB -U res1", "#BSUB -u me@example.org",
-                "#BSUB -N", "#BSUB -b 2026:12:01:08:00", '#BSUB -R "select[hbm80g]"'])])
-def test_pass_through_in_each_schedulers_spelling(run_wml, program, site, lines):
-    proc = run_wml("render", "-s", site, "-A", "p1", *PASS, str(program))
+@pytest.mark.parametrize("site, args, lines", [
+    ("perlmutter", WHOLE_NODES + PASS,
+     ["#SBATCH --constraint=gpu&hbm80g", "#SBATCH --mem=64G", "#SBATCH --exclusive",
+      "#SBATCH --reservation=res1", "#SBATCH --mail-user=me@example.org",
+      "#SBATCH --mail-type=END,FAIL", "#SBATCH --begin=2026-12-01T08:00:00"]),
+    ("summit", PASS, ["#BSUB -U res1", "#BSUB -u me@example.org",
+                      "#BSUB -N", "#BSUB -b 2026:12:01:08:00", '#BSUB -R "select[hbm80g]"'])])
+def test_pass_through_in_each_schedulers_spelling(run_wml, program, site, args, lines):
+    proc = run_wml("render", "-s", site, "-A", "p1", *args, str(program))
     assert proc.returncode == 0, proc.stderr
     have = proc.stdout.splitlines()
     assert [ln for ln in have if ln in lines] == lines
     assert have.index(lines[-1]) < have.index("set -euo pipefail")      # in the header
+    assert not any("rusage" in ln or ln.strip() == "#BSUB -x" for ln in have)
 
 
 def test_pass_through_on_pbs_and_cobalt(run_wml, program):
@@ -139,6 +141,14 @@ def test_pass_through_on_pbs_and_cobalt(run_wml, program):
     ("perlmutter", ["--directive", "#SBATCH -A other"], "wml writes -A itself; give -A"),
     ("polaris", ["-A", "a", "--directive", "#PBS -l walltime=1:00:00"], "wml writes -l walltime itself; give -t"),
     ("summit", ["-A", "a", "--directive", "#BSUB -nnodes 3"], "give -N"),
+    # Summit: -nnodes (LSF's CSM easy mode) gives whole nodes; easy mode has no compute-node memory request
+    ("summit", ["-A", "a", "--mem", "64G"], "--mem: summit (LSF) has no such option; an LSF job here gets its "
+                                            "compute nodes whole (#BSUB -nnodes, LSF's CSM easy mode), each with "
+                                            "512 GB; bsub asks for a compute node's memory only in CSM expert mode"),
+    ("summit", ["-A", "a", "--exclusive"], "--exclusive: summit (LSF) has no such option; an LSF job here gets its "
+                                           "compute nodes whole (#BSUB -nnodes, LSF's CSM easy mode), so no other "
+                                           "job shares them: there is nothing to ask for"),
+    ("summit", ["-A", "a", "--directive", "#BSUB -x"], "'#BSUB -x': an LSF job here gets its compute nodes whole"),
     ("perlmutter", ["--directive", "#SBATCH --x\n#SBATCH --y"], "one line"),
     ("local", ["--directive", "#SBATCH --x"], "local runs jobs now"),
 ])

@@ -86,3 +86,30 @@ def test_an_unreadable_record_is_named_and_no_record_at_all_is_one_error(tmp_pat
     (empty / "job.sh").write_text("")
     with pytest.raises(WmlError, match=r"^job empty: ended; no records in .*/empty/stats: its ranks wrote none"):
         report(str(empty))
+
+
+def test_reductions_end_steps_unless_a_callback_does_and_two_callbacks_count_once():
+    """Keras / TensorFlow (core/stats.py): a gradient reduction ends a step in a custom loop; a
+    callback that claims the steps ends them instead, its step carrying the reductions' time and
+    bytes; the last callback to claim counts (two in one fit: one step a batch)."""
+    clock = Clock()
+    st = RunStats(0, 2, None, clock=clock)
+    for _ in range(3):
+        clock.now += 0.1
+        st.reduced(0.03, 40)
+    assert st.steps == 3 and st.bytes_reduced == 120 and st.comm_s == pytest.approx(0.06)
+    first, second = object(), object()
+    st.claim_steps(first)
+    st.claim_steps(second)
+    clock.now += 0.1
+    st.reduced(0.02, 40)
+    st.reduced(0.01, 40)          # e.g. two reductions in one step: still one step
+    assert st.steps == 3
+    assert not st.ends_steps(first) and st.ends_steps(second)
+    st.end_step()
+    assert st.steps == 4 and st.bytes_reduced == 200 and st.comm_s == pytest.approx(0.09)
+    st.release_steps(first)       # not the owner: nothing changes
+    assert st.ends_steps(second)
+    st.release_steps(second)
+    st.reduced(0.01, 40)
+    assert st.steps == 5

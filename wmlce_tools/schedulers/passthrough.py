@@ -10,8 +10,16 @@ Spellings (checked against each scheduler's manual):
   reservation is its queue (``-q R123``), ``-M <user>`` with ``-m ae``,
   ``-a [[[[CC]YY]MM]DD]hhmm[.SS]``; node features are chunk resources of the site (no generic
   constraint: ``--directive``).
-- LSF bsub: ``-R "rusage[mem=<size>]"``, ``-x``, ``-U <reservation>``, ``-u <user>`` with ``-N``,
-  ``-b [[year:][month:]day:]hour:minute``, ``-R "select[<features>]"``.
+- LSF bsub: ``-U <reservation>``, ``-u <user>`` with ``-N``, ``-b [[year:][month:]day:]hour:minute``,
+  ``-R "select[<features>]"``; no memory or exclusive option.  wml's LSF jobs ask for nodes with
+  ``-nnodes`` (OLCF's Summit guide, "Common bsub Options"), which is LSF's CSM "easy mode"
+  (bsub -nnodes page): a job gets compute nodes whole (the guide counts them in node-hours;
+  jsrun's resource sets are cgroups carved out of the job's own nodes), so ``-x`` (exclusive
+  execution on a host, which needs a queue set up for it: bsub -x page) would buy nothing, and
+  easy mode has no compute-node memory request at all (``-cn_mem`` exists only in expert mode,
+  ``-csm y``; ``-ln_mem`` is the launch node's: bsub -cn_mem / -ln_mem pages), so
+  ``-R "rusage[mem=...]"`` would reserve nothing on the nodes the job runs on.  Both are refused
+  in one line saying so, as Cobalt's are.
 - Cobalt qsub: ``--notify <user>``, a reservation is its queue (``-q``), ``--attrs`` for node
   attributes; no memory, begin time or exclusive option (Cobalt never shares a node).
 """
@@ -30,6 +38,9 @@ TITLE = {"slurm": "Slurm", "pbs": "PBS Pro", "lsf": "LSF", "cobalt": "Cobalt", "
 _MEM = re.compile(r"^(\d+)\s*([KMGT])?B?$", re.I)
 _MAIL = re.compile(r"^[A-Za-z0-9_.+-]+(@[A-Za-z0-9.-]+)?$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.=&|-]+$")
+#: why LSF (CSM easy mode, #BSUB -nnodes: see above) takes neither; a #BSUB -x directive is refused too
+_LSF_WHOLE_NODES = "an LSF job here gets its compute nodes whole (#BSUB -nnodes, LSF's CSM easy mode)"
+LSF_EXCLUSIVE = f"{_LSF_WHOLE_NODES}, so no other job shares them: there is nothing to ask for"
 
 #: options of each scheduler that wml writes itself: a --directive naming one is refused (the
 #: scheduler would read two), with the wml option that sets it
@@ -49,7 +60,7 @@ OWNED = {
     "pbs": {"-N": "-J", "-A": "-A", "-q": "-q", "-o": "-o", "-e": "-e", "-M": "--mail", "-a": "--begin",
             "-l select": "-N", "-l place": "--exclusive", "-l walltime": "-t", "-W depend": "--after"},
     "lsf": {"-J": "-J", "-P": "-A", "-W": "-t", "-nnodes": "-N", "-q": "-q", "-o": "-o", "-e": "-e",
-            "-w": "--after", "-alloc_flags": "--alloc-flags", "-x": "--exclusive", "-U": "--reservation",
+            "-w": "--after", "-alloc_flags": "--alloc-flags", "-U": "--reservation",
             "-u": "--mail", "-b": "--begin"},
     "cobalt": {"-n": "-N", "-t": "-t", "-q": "-q", "-A": "-A", "--jobname": "-J", "-o": "-o", "-e": "-e",
                "-O": "-o", "--dependencies": "--after", "--attrs": "--constraint", "--notify": "--mail",
@@ -129,6 +140,8 @@ def check_directive(site, text: str, req=None) -> str:
             key = "--gres gpu"
     if sched == "slurm" and key in ("--qos", "-q") and _slurm_qos_free(site, req):
         return f"{prefix} {rest}"
+    if sched == "lsf" and key == "-x":
+        raise WmlError(f"--directive {line!r}: {LSF_EXCLUSIVE}")
     if key in OWNED[sched]:
         give = "-q" if sched == "slurm" and key in ("--qos", "-q") and site.slurm.queue_option == "qos" else OWNED[sched][key]
         raise WmlError(f"--directive {line!r}: wml writes {key} itself; give {give}")
@@ -156,7 +169,10 @@ def passthrough(site, req) -> Passthrough:
             elif sched == "pbs":
                 out["pbs_select"] = (f"mem={n}{unit.lower()}b",)
             elif sched == "lsf":
-                lines.append(f'{p} -R "rusage[mem={n}{unit}B]"')
+                whole = f"{site.node.memory_gb:g} GB" if site.node.memory_gb else "all its memory"
+                raise _refuse(site, option, f"{_LSF_WHOLE_NODES}, each with {whole}; bsub asks for a "
+                                            "compute node's memory only in CSM expert mode (-csm y -cn_mem), "
+                                            "which wml does not write")
             else:
                 raise _refuse(site, option, "a Cobalt job has its nodes' whole memory")
         elif option == "--exclusive":
@@ -165,7 +181,7 @@ def passthrough(site, req) -> Passthrough:
             elif sched == "pbs":
                 out["pbs_place"] = "excl"
             elif sched == "lsf":
-                lines.append(f"{p} -x")
+                raise _refuse(site, option, LSF_EXCLUSIVE)
             else:
                 raise _refuse(site, option, "Cobalt never shares a node between jobs")
         elif option == "--reservation":

@@ -22,7 +22,8 @@ from ddl_runtime.errors import DDLInputError
 from ddl_runtime.horovod.common import Average, global_process_set, size
 from ddl_runtime.horovod.common.basics import reduce_op
 from ddl_runtime.horovod.common.local_gradients import LocalVariables, local_layer_variables
-from ddl_runtime.keras import _mix_in
+from ddl_runtime.core.stats import gradient_reduction
+from ddl_runtime.keras import _mix_in, reduce_torch_gradients
 
 from ._aggregation import LocalAggregation, to_dense
 from ._keras2 import REMOVED_ATTRIBUTES, not_a_keras3_optimizer, removed_attribute
@@ -43,11 +44,12 @@ def _grouped_allreduce(tensors: List[Any], op: str, names: List[str]) -> List[An
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import ddl_runtime.tensorflow as ddl_tf
-        return list(ddl_tf.allreduce_n(tensors, op=op, names=names))
+        with gradient_reduction():  # each run of it ends a step in this rank's record (core/stats.py)
+            return list(ddl_tf.allreduce_n(tensors, op=op, names=names))
     if backend == "torch":
         import ddl_runtime as ddl
         tensors = [t.detach().contiguous().clone() for t in tensors]
-        return list(ddl.allreduce_n(tensors, op=op, names=names))
+        return list(reduce_torch_gradients(lambda: ddl.allreduce_n(tensors, op=op, names=names), tensors))
     raise DDLInputError(f"DistributedOptimizer: the {backend!r} Keras backend is not supported; "
                         f"use KERAS_BACKEND=tensorflow or torch")
 

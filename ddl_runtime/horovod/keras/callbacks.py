@@ -32,7 +32,7 @@ import keras
 import ddl_runtime as _ddl
 from ddl_runtime.errors import DDLInputError
 from ddl_runtime.checkpoint.keras import WalltimeCheckpoint as WalltimeCheckpointCallback  # noqa: F401
-from ddl_runtime.keras import _prepare_tf_train_step, broadcast_variables as _broadcast_variables
+from ddl_runtime.keras import StepBoundary, _prepare_tf_train_step, broadcast_variables as _broadcast_variables
 
 __all__ = [
     "BroadcastGlobalVariablesCallback",
@@ -114,6 +114,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.root_rank = root_rank
         self.device = device  # accepted for Horovod compatibility; variables stay where Keras put them
         self.broadcast_done = False
+        self._steps = StepBoundary()   # its batch ends are the steps of this rank's record
         self._local: Dict[int, Any] = {}
         for v in _as_variables(local_variables):
             self.register_local_var(v)
@@ -142,11 +143,16 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         _prepare_train_step(self.model)
         self._broadcast(with_optimizer=True)
+        self._steps.begin(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
+        self._steps.batch_end()
         if not self.broadcast_done:
             self._broadcast(with_optimizer=True)
             self.broadcast_done = True
+
+    def on_train_end(self, logs=None):
+        self._steps.end()
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,6 +178,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         super().__init__()
         _init()
         self.device = device
+        self._steps = StepBoundary()   # its batch ends are the steps of this rank's record
 
     def _average_metrics_in_place(self, logs: Optional[Dict[str, Any]]) -> None:
         if not logs or _ddl.size() == 1:
@@ -186,6 +193,13 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         _prepare_train_step(self.model)
+        self._steps.begin(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps.batch_end()
+
+    def on_train_end(self, logs=None):
+        self._steps.end()
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_metrics_in_place(logs)

@@ -6,6 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from ddl_runtime.core.stats import gradient_reduction
 from ddl_runtime.errors import DDLInputError
 
 from ..common.basics import Average, reduce_op, size
@@ -79,9 +80,10 @@ class DistributedGradientTape:
         if self._process_set.included() is False:  # Horovod: a rank outside the set keeps its own gradients
             return list(grads)
         dense = [tf.convert_to_tensor(g) for g in grads]
-        return grouped_allreduce(dense, op=self._op, compression=self._compression,
-                                 prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
-                                 name="DistributedGradientTape", process_set=self._process_set)
+        with gradient_reduction():  # each run of it ends a step in this rank's record (core/stats.py)
+            return grouped_allreduce(dense, op=self._op, compression=self._compression,
+                                     prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
+                                     name="DistributedGradientTape", process_set=self._process_set)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None):
         """Horovod's API: ``gradient()`` split into ``(local, global)`` lists of (source, gradient)."""

@@ -13,6 +13,8 @@ import tensorflow as tf
 
 from ddl_runtime.errors import DDLInputError
 
+from ddl_runtime.core.stats import gradient_reduction
+
 from ..common.basics import Adasum, reduce_op
 from ..common.local_gradients import LocalVariables
 from ..common.process_sets import check_known, global_process_set
@@ -53,9 +55,10 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         return list(zip(grads, variables))
 
     def _reduce(self, grads, variables):
-        return grouped_allreduce(grads, op=self._op, compression=self._compression,
-                                 prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
-                                 process_set=self.process_set)  # unnamed: named from the graph (naming.py)
+        with gradient_reduction():  # each run of it ends a step in this rank's record (core/stats.py)
+            return grouped_allreduce(grads, op=self._op, compression=self._compression,
+                                     prescale_factor=1.0 / self._factor, postscale_factor=self._factor,
+                                     process_set=self.process_set)  # unnamed: named from the graph (naming.py)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)

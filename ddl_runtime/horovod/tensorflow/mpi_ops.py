@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ddl_runtime.errors import DDLError, DDLInputError
-from ddl_runtime.frameworks.tensorflow import _source, _to_tensor, _with_gradient
+from ddl_runtime.frameworks.tensorflow import _source, _to_tensor, _with_gradient, timed_gradient_step
 from ddl_runtime.engine.kernels import scatter_rows
 from ddl_runtime.collectives.negotiation import Request
 
@@ -137,6 +137,8 @@ def _reduce(tensors: List[tf.Tensor], name: Optional[str], op_name: str, pre: fl
         outputs: List[Any] = [None] * len(arrays)
         _run("allreduce", request, (op_name, pre, post), arrays, outputs, process_set, what, group=group)
         return outputs
+
+    core = timed_gradient_step(core)   # a DistributedGradientTape's reduction: a step (core/stats.py)
 
     def forward(ts):
         return _bridge(core, ts, [t.dtype for t in ts], [t.shape for t in ts], what, host=_readonly)
