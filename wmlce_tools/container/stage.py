@@ -71,15 +71,15 @@ class ImageCopy:
 
 
 def plan_copy(site: SiteProfile, cont: ContainerLaunch, mode: Optional[str], env: Mapping[str, str],
-              job: str) -> "tuple[Optional[ImageCopy], Optional[str]]":
-    """(the job's copy or None, a note for the user or None).  ``mode``: ``--stage-image``
+              job: str) -> Optional[ImageCopy]:
+    """The job's copy, or None: the ranks read the image where it is.  ``mode``: ``--stage-image``
     (None: the site's ``container.stage``).  Asked for by name, an image that cannot be copied
-    is an error; by the site's default, a note."""
+    is an error; by the site's default, it is read where it is."""
     if mode is not None and mode not in MODES:
         raise WmlError(f"--stage-image {mode!r}: give on or off")
     wanted = mode == "on" if mode is not None else bool(site.container is not None and site.container.stage)
     if not wanted:
-        return None, None
+        return None
     asked = mode == "on"
     place = env.get(PLACE_VAR) or (site.stage_env.place if site.stage_env is not None else None)
     if place is None:
@@ -93,14 +93,14 @@ def plan_copy(site: SiteProfile, cont: ContainerLaunch, mode: Optional[str], env
     elif os.path.isdir(image):
         why = f"the image {image} is a directory; only an image file (.sif, SquashFS) is copied to node-local storage"
     elif not os.path.isfile(image):
-        return None, None                     # the container check says the image does not exist
-    if why is not None:
+        return None                           # the container check says the image does not exist
+    if why is not None:       # the site's default copies image files only: the others are read in place
         if asked:
             raise WmlError(f"--stage-image on: {why}")
-        return None, f"not staged: {why}; the ranks read it where it is"
+        return None
     st = os.stat(image)
     return ImageCopy(source=image, place=place.replace(NODE_TOKEN, "images"), size=st.st_size,
-                     mtime_ns=st.st_mtime_ns, job=job), None
+                     mtime_ns=st.st_mtime_ns, job=job)
 
 
 def _users(target: Path) -> Path:

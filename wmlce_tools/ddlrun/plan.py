@@ -432,7 +432,7 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         from ..container.stage import plan_copy
 
         job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
-        image_copy, note = plan_copy(site, container, opts.stage_image, env, job)
+        image_copy = plan_copy(site, container, opts.stage_image, env, job)
         if image_copy is not None:
             container = dataclasses.replace(container, image=str(image_copy.target(env)))
             note = f"the image {image_copy.source} is copied to {container.image} on each node before any rank starts"
