@@ -57,16 +57,17 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def gather(argv: List[str], env: Mapping[str, str], nodes: Sequence[str]) -> None:
+def gather(argv: List[str], env: Mapping[str, str], nodes: Sequence[str], what: str = "the container check",
+           timeout_s: float = NODE_TIMEOUT_S) -> None:
     """Run the per-node check (``argv``: the launcher's line around this module) and raise one
     WmlError for the first node that failed or did not answer."""
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=NODE_TIMEOUT_S,
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
                              stdin=subprocess.DEVNULL, env=dict(env))
     except subprocess.TimeoutExpired:
-        raise WmlError(f"the container check on the job's nodes did not end within {NODE_TIMEOUT_S:.0f} s") from None
+        raise WmlError(f"{what} on the job's nodes did not end within {timeout_s:.0f} s") from None
     except OSError as e:
-        raise WmlError(f"cannot run the container check on the nodes ({argv[0]}): {e.strerror}") from None
+        raise WmlError(f"cannot run {what} on the nodes ({argv[0]}): {e.strerror}") from None
     lines = [l.split(TAG, 1)[1] for l in out.stdout.splitlines() if TAG in l]
     for line in lines:
         if line.startswith("fail "):
@@ -75,7 +76,7 @@ def gather(argv: List[str], env: Mapping[str, str], nodes: Sequence[str]) -> Non
         why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
         answered = {l.split()[1] for l in lines if l.startswith("ok ")}
         silent = [n for n in nodes if n not in answered] or list(nodes)
-        raise WmlError(f"the container check had no answer from {len(nodes) - len(lines)} node(s) "
+        raise WmlError(f"{what} had no answer from {len(nodes) - len(lines)} node(s) "
                        f"(of {', '.join(silent[:4])}{'...' if len(silent) > 4 else ''}): {why}")
 
 

@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--container", metavar="IMAGE", help="run each rank in this image with the site's container "
                    "runtime (its container: section; 'none': no container, not even the site's default image)")
     p.add_argument("--container-runtime", metavar="NAME", help="the site's runtime to use (default: its container.runtime)")
+    p.add_argument("--stage-image", choices=("on", "off"), help="with an image file (.sif, SquashFS): copy it to each "
+                   "node's local storage (the site's stage_env place) once before any rank starts and run from the "
+                   "copy, removed at the end when no job uses it (default: the site's container.stage)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count; the site's network plugin found and loadable, its libfabric provider, "
@@ -148,7 +151,8 @@ def parse_args(argv: Sequence[str]):
                          exports=_exports(a), mpiargs=tuple(mpiargs), mpiexec=a.mpiexec,
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
                          check=a.check, dry_run=a.dry_run, verbose=a.verbose,
-                         container=a.container, container_runtime=a.container_runtime)
+                         container=a.container, container_runtime=a.container_runtime,
+                         stage_image=a.stage_image)
 
 
 def _describe(plan) -> str:
@@ -187,15 +191,22 @@ def run_cli(argv: Sequence[str]) -> int:
     if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, naming the node
         import dataclasses
 
-        from .plan import check_container_nodes
+        from .plan import check_container_nodes, stage_image_nodes
 
         if check_only:     # `ddlrun --check --container IMAGE`: the image's python, on every node
             plan = dataclasses.replace(plan, program=(plan.container.spec.python, "-c", "pass"))
-        check_container_nodes(plan)
+        if plan.image_copy is not None:     # the copy on every node first; the check reads the copy
+            stage_image_nodes(plan)
+        try:
+            check_container_nodes(plan)
+        except BaseException:
+            _release_image(plan)
+            raise
         if check_only:
             sys.stderr.write(f"ddlrun: container {plan.container.image} ({plan.container.runtime}): "
                              f"ready on {len(set(plan.node_hosts))} node(s)\n")
     if check_only:
+        _release_image(plan)
         return 0
     if not opts.check:
         from ..fabric.check import launch_warning
@@ -210,11 +221,28 @@ def run_cli(argv: Sequence[str]) -> int:
         return 0
     from .runner import run
 
-    code = run(plan)
+    try:
+        code = run(plan)
+    finally:
+        _release_image(plan)
     from ..runstats.endline import print_end_line
 
     print_end_line(os.environ, sys.stderr)    # the run in one line, from the ranks' records (wml report)
     return code
+
+
+def _release_image(plan) -> None:
+    """The end of this run's use of the image's node-local copies (a failure: one line, the run's
+    status stands)."""
+    if plan.image_copy is None:
+        return
+    from ..errors import WmlError
+    from .plan import stage_image_nodes
+
+    try:
+        stage_image_nodes(plan, release=True)
+    except WmlError as exc:
+        sys.stderr.write(f"ddlrun: warning: {exc}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

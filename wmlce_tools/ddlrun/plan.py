@@ -25,6 +25,7 @@ from .rankfile import host_file, hostfile_bytes, placement_file
 
 if TYPE_CHECKING:
     from ..container.launch import ContainerLaunch
+    from ..container.stage import ImageCopy
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
@@ -67,6 +68,7 @@ class DdlrunOptions:
     verbose: bool = False
     container: Optional[str] = None      # --container IMAGE (none: no container, not even the site's default)
     container_runtime: Optional[str] = None
+    stage_image: Optional[str] = None    # --stage-image on|off (None: the site's container.stage)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class LaunchPlan:
     container: Optional["ContainerLaunch"] = None   # --container: each rank's shim runs in the image
     container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
+    image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -177,14 +180,41 @@ def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> 
         return
     from ..container.nodecheck import gather, payload
 
+    gather(_once_per_node(plan, ["wmlce_tools.container.nodecheck", payload(plan.container, plan.program, flavor)]),
+           plan.launcher_env(env), plan.node_hosts)
+
+
+def _once_per_node(plan: LaunchPlan, module_argv: List[str]) -> List[str]:
+    """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher."""
     one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
     ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
                         env=dict(plan.exports), extra_args=list(plan.mpiargs))
-    argv = launch_command(one, ctx, [sys.executable, "-m", "wmlce_tools.container.nodecheck",
-                                     payload(plan.container, plan.program, flavor)])
+    argv = launch_command(one, ctx, [sys.executable, "-m", *module_argv])
     if plan.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
         argv[0] = plan.launcher_exe
-    gather(argv, plan.launcher_env(env), plan.node_hosts)
+    return argv
+
+
+STAGE_TIMEOUT_S = 1800.0
+
+
+def stage_image_nodes(plan: LaunchPlan, release: bool = False, per_node: Optional[bool] = None) -> None:
+    """Copy the image file to every node's local storage (``release``: end the job's use of the
+    copies): here when the job's nodes are this host, else once per node through the launcher;
+    one WmlError naming the first node that failed."""
+    from ..container import stage
+
+    c = plan.image_copy
+    if per_node is None:
+        per_node = len(set(plan.node_hosts)) > 1
+    if not per_node:
+        (stage.release_here if release else stage.stage_here)(c)
+        return
+    from ..container.nodecheck import gather
+
+    argv = _once_per_node(plan, ["wmlce_tools.container.stage", "release" if release else "stage", stage.payload(c)])
+    gather(argv, plan.launcher_env(dict(plan.container_env)), plan.node_hosts,
+           what=f"{'removing' if release else 'copying'} the image {c.source}", timeout_s=STAGE_TIMEOUT_S)
 
 
 def check_output_file(path: str, what: str) -> None:
@@ -401,6 +431,17 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
 
     container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),
                                              pass_env=[k for k, _ in exports]), site, layout.nodes)
+    image_copy, note = None, None
+    if container is not None:      # an image file copied to each node's local storage before the ranks
+        import dataclasses
+
+        from ..container.stage import plan_copy
+
+        job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
+        image_copy = plan_copy(site, container, opts.stage_image, env, job)
+        if image_copy is not None:
+            container = dataclasses.replace(container, image=str(image_copy.target(env)))
+            note = f"the image {image_copy.source} is copied to {container.image} on each node before any rank starts"
     fabric = fabric_for(site, layout.nodes, container=container is not None)
     fabric_report: Tuple[Applied, ...] = ()
     if fabric is not None:     # every rank gets the site's fabric; a variable set here or given by -x wins
@@ -421,6 +462,6 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       output_tags=tags if output != "direct" else None,
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
-                      notes=(fitted,) if fitted else (), hostfile=hostfile,
+                      notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
                       fabric=fabric, fabric_report=fabric_report, container=container,
                       container_env=tuple({**env, **dict(exports)}.items()) if container is not None else ())

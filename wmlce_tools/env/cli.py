@@ -572,6 +572,32 @@ def pack_cmd(
     typer.echo(str(pack_env(prefix, out, fmt, dest_prefix, force)))
 
 
+# ------------------------------------------------------------------------------------- image
+
+@env_app.command("image")
+@_one_line_errors
+def image_cmd(
+    spec: str = typer.Argument(..., help="Bundled spec name, spec file (conda or kind: pypi), requirements.txt, or a conda-lock lockfile."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for the definitions and the env file (default: ./<name>-image)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Base image (default: mambaorg/micromamba for conda, python:<version>-slim for PyPI)."),
+    name: Optional[str] = typer.Option(None, "--name", help="The env's name in the image (default: the spec's)."),
+    do_build: bool = typer.Option(False, "--build", help="Build the image with the builder found on PATH (apptainer, singularity, podman, buildah, ch-image; says which)."),
+    builder: Optional[str] = typer.Option(None, "--builder", help="With --build: this builder."),
+    tag: Optional[str] = typer.Option(None, "--tag", "-t", help="With --build: the image's tag (default: the env's name; apptainer writes <name>.sif)."),
+) -> None:
+    """Render an image definition (an Apptainer .def and a Containerfile) from a curated spec or
+    a lock, so the curated env and the container hold the same packages; --build builds it."""
+    from wmlce_tools.env.image import build, definition
+
+    d = definition(spec, base=base, name=name)
+    out = output or Path(f"{d.name}-image")
+    for path in d.write(out):
+        typer.echo(str(path))
+    if do_build:
+        built = build(d, out, builder, tag)
+        _info(f"wml: built {built}")
+
+
 # ------------------------------------------------------------------------------------- module
 
 @module_app.command("write")

@@ -55,6 +55,7 @@ class ContainerOptions(_Strict, kw_only=True):
     runtimes: Annotated[Dict[RuntimeName, ContainerRuntime], Meta(description="each runtime the centre documents")]
     image: Annotated[Optional[str], Meta(description="the site's default image: every job runs in it unless --container names another or none")] = None
     image_forms: Annotated[Optional[str], Meta(description="how an image is named here (shown in errors)")] = None
+    stage: Annotated[bool, Meta(description="copy an image file (.sif, SquashFS) to the node-local place of stage_env once per node before any rank starts (ddlrun --stage-image on|off overrides)")] = False
 
     def __post_init__(self) -> None:
         if self.runtime not in self.runtimes:

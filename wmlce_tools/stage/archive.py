@@ -18,7 +18,6 @@ itself a tar GNU tar unpacks).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -27,12 +26,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.locks import file_lock
 
 SUFFIX = ".tar"
 FORMAT = "3"      # part of every key: a new format gets new archives and copies
@@ -108,31 +107,6 @@ def cache_location(prefix: Path) -> Path:
     d = base / "stage"
     d.mkdir(exist_ok=True)
     return d
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, what: str, timeout_s: float = 1800.0, every_s: float = 10.0) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``; a line every ``every_s`` while another holds it, an
-    error after ``timeout_s``.  The kernel drops the lock when its holder dies."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        start = last = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                now = time.monotonic()
-                if now - start > timeout_s:
-                    raise WmlError(f"{what}: another job held {path} for {timeout_s:.0f} s; gave up") from None
-                if now - last >= every_s:
-                    print(f"wml stage: {what}: waiting for another job that holds {path} ({now - start:.0f} s)",
-                          flush=True, file=sys.stderr)
-                    last = now
-                time.sleep(0.2)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _walk(prefix: Path, needles: List[bytes]) -> Manifest:

@@ -32,7 +32,9 @@ from wmlce_tools.ddlrun.pdeathsig import KILL_ON_PARENT_DEATH
 from wmlce_tools.env.staging import staged_directory
 from wmlce_tools.errors import WmlError
 
-from .archive import Manifest, file_lock
+from wmlce_tools.locks import file_lock
+
+from .archive import Manifest
 
 MARKER = ".wml-staged.json"
 USERS = ".wml-users"

@@ -1,0 +1,137 @@
+"""``wml env image SPEC|LOCK`` (issue 49, item 4): an Apptainer .def and a Containerfile rendered
+from a curated spec or a lock, holding the same packages; ``--build`` with a builder present here
+(Charliecloud's ch-image, Debian's charliecloud-builders), for real: a PyPI spec built into an
+image whose base is the cached Debian image (python3-venv), then run with ch-run."""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import yaml
+
+from .test_charliecloud_job import CACHE, _build
+
+TINY = """\
+name: tiny
+kind: pypi
+python: "3.11"
+platforms: [linux-64]
+requirements:
+  - six==1.16.0
+imports: [six]
+"""
+
+
+def wml(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "wmlce_tools", "env", "image", *args], cwd=cwd,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
+
+
+def test_conda_spec_renders_both_definitions_with_its_packages(tmp_path):
+    from wmlce_tools.env.spec import find_spec, load_spec
+
+    out = wml("wml-runtime", "-o", "img", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["img/Containerfile", "img/wml-runtime.def", "img/environment.yml"]
+    spec = load_spec(find_spec("wml-runtime"))
+    env = yaml.safe_load((tmp_path / "img/environment.yml").read_text())
+    assert env["channels"] == spec.channels and env["dependencies"] == [p.spec for p in spec.packages]
+    cf = (tmp_path / "img/Containerfile").read_text().splitlines()
+    assert cf[1:4] == ["FROM mambaorg/micromamba:2.0.5", "USER root",
+                       "COPY environment.yml /opt/wml-env/environment.yml"]
+    assert "RUN micromamba create -y -p /opt/env -f /opt/wml-env/environment.yml && \\" in cf
+    assert "    mkdir -p /opt/wml/wmlce_tools /opt/wml/ddl_runtime" in cf and "ENV PATH=/opt/env/bin:$PATH" in cf
+    d = (tmp_path / "img/wml-runtime.def").read_text()
+    assert "Bootstrap: docker\nFrom: mambaorg/micromamba:2.0.5\n" in d
+    assert "%files\n    environment.yml /opt/wml-env/environment.yml\n" in d
+    assert "%post\n    micromamba create -y -p /opt/env -f /opt/wml-env/environment.yml\n" in d
+    assert "%environment\n    export PATH=/opt/env/bin:$PATH\n" in d
+
+
+def test_a_lock_goes_in_as_it_is(tmp_path):
+    lock = {"version": 1, "metadata": {"platforms": ["linux-64"], "channels": [{"url": "conda-forge"}]},
+            "package": [{"name": "python", "version": "3.11.9", "manager": "conda", "platform": "linux-64",
+                         "url": "https://conda.anaconda.org/conda-forge/linux-64/python-3.11.9.conda",
+                         "hash": {"md5": "0" * 32}, "dependencies": {}}]}
+    (tmp_path / "myenv-lock.yml").write_text(yaml.safe_dump(lock))
+    out = wml("myenv-lock.yml", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "myenv-image/myenv-lock.yml").read_text() == (tmp_path / "myenv-lock.yml").read_text()
+    assert "micromamba create -y -p /opt/env -f /opt/wml-env/myenv-lock.yml" in \
+        (tmp_path / "myenv-image/myenv.def").read_text()
+
+
+def test_pypi_spec_and_bad_input(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY.replace('platforms', 'index: https://example.org/simple\nplatforms'))
+    out = wml("tiny.yaml", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    cf = (tmp_path / "tiny-image/Containerfile").read_text()
+    assert "FROM python:3.11-slim\n" in cf and "RUN python3 -m venv /opt/env && \\\n" in cf
+    assert "/opt/env/bin/pip install --no-cache-dir --index-url https://example.org/simple -r " \
+           "/opt/wml-env/requirements.txt" in cf
+    assert (tmp_path / "tiny-image/requirements.txt").read_text() == "six==1.16.0\n"
+    empty = tmp_path / "nobin"
+    empty.mkdir()
+    for args, env, line in [
+            (("tiny.yaml", "--build"), {"PATH": str(empty)},
+             "wml: error: no image builder on PATH (looked for apptainer, singularity, podman, buildah, ch-image); "
+             "the definitions are written: build them where one is installed"),
+            (("tiny.yaml", "--build", "--builder", "docker"), None,
+             "wml: error: --builder 'docker': one of apptainer, singularity, podman, buildah, ch-image"),
+            (("pylock.toml",), None, "wml: error: pylock.toml: a pylock.toml is not rendered into an image yet; "
+             "give its spec (kind: pypi) or a requirements file"),
+            (("nope.yaml",), None, "wml: error: spec file nope.yaml not found")]:
+        bad = wml(*args, cwd=tmp_path, env=env)
+        assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [line], bad.stderr
+
+
+@pytest.fixture(scope="session")
+def ch_storage():
+    """ch-image's storage with a base image: the cached Debian image with python3-venv, imported
+    once per machine from a tar without its device nodes (ch-image reads a directory's device
+    files as data), with this machine's CA in pip's configuration (its HTTPS proxy)."""
+    if shutil.which("ch-image") is None:
+        pytest.skip("ch-image is not installed (apt-get install charliecloud-builders; scripts/test installs it)")
+    img = _build("bookworm-python3-venv", "python3,python3-venv")
+    storage = CACHE / "ch-storage"
+    with open(CACHE / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (storage / "img/wml-base-venv").is_dir():
+            tar = CACHE / "wml-base-venv.tar"
+            with tarfile.open(tar, "w") as t:
+                t.add(img, arcname=".", filter=lambda m: None if m.isdev() or m.isfifo() else m)
+                ca = "/etc/ssl/certs/ca-certificates.crt"
+                if os.path.exists(ca):
+                    t.add(ca, arcname="./etc/wml-host-ca.crt")
+                    conf = CACHE / "pip.conf"
+                    conf.write_text("[global]\ncert = /etc/wml-host-ca.crt\n")
+                    t.add(conf, arcname="./etc/pip.conf")
+            got = subprocess.run(["/usr/bin/python3", shutil.which("ch-image"), "-s", str(storage), "import", str(tar),
+                                  "wml-base-venv"], capture_output=True, text=True, timeout=600,
+                                 env={**os.environ, "USER": os.environ.get("USER") or "root"})
+            tar.unlink()
+            assert got.returncode == 0, got.stdout + got.stderr
+    return storage
+
+
+def test_build_with_ch_image_and_run_it(ch_storage, tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    env = {"CH_IMAGE_STORAGE": str(ch_storage), "USER": os.environ.get("USER") or "root"}
+    tag = f"wml-test-tiny-{os.getpid()}"
+    try:
+        out = wml("tiny.yaml", "--build", "--builder", "ch-image", "--base", "wml-base-venv", "--tag", tag,
+                  cwd=tmp_path, env=env)
+        assert out.returncode == 0, out.stderr + (tmp_path / "tiny-image/build.log").read_text()[-2000:]
+        assert f"wml: building tiny with ch-image (" in out.stderr and f"wml: built {tag} (ch-image)" in out.stderr
+        run = subprocess.run(["ch-run", "--set-env", tag, "--", "python3", "-c",      # the image's ENV PATH
+                              "import six, os; print(six.__file__, os.path.isdir('/opt/wml/ddl_runtime'))"],
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert run.stdout.split() == ["/opt/env/lib/python3.11/site-packages/six.py", "True"], run.stderr
+    finally:
+        subprocess.run(["/usr/bin/python3", shutil.which("ch-image"), "-s", str(ch_storage), "delete", tag],
+                       capture_output=True, timeout=120, env={**os.environ, **env})
