@@ -127,7 +127,7 @@ def test_show_keeps_the_parameters_a_metric_of_that_name_gets_its_own_column(run
     assert proc.returncode == 1, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     trials = _show(run_wml, run_id)["trials"]
-    assert [(t["lr"], t["bs"], t["state"]) for t in trials] == [("0.5", "2", "COMPLETED"), ("0.25", "2", "FAILED")]
+    assert [(t["lr"], t["bs"], t["state"]) for t in trials] == [(0.5, 2, "COMPLETED"), (0.25, 2, "FAILED")]   # typed as given (issue 53)
     assert [(t["score"], t.get("metric:bs")) for t in trials] == [(1.0, 8), (None, None)]
     assert "metric:lr" not in trials[0]
     table = _wml(run_wml, "sweep", "show", run_id).stdout.splitlines()

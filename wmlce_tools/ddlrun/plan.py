@@ -426,7 +426,11 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         raise WmlError(f"-n {opts.np}: the layout has {layout.size} ranks")
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
-    exports = _exports(opts.exports, env) + _stats_export(opts.exports, env)
+    exe, flavor, tags = _launcher(site, opts, env)
+    # DDL_STATS_DIR: the ranks find it from $WML_JOB_DIR where the launcher passes the environment on
+    # (srun, jsrun, aprun, PALS, MPICH's mpiexec); Open MPI's passes only what -x names
+    stats = _stats_export(opts.exports, env) if site.launcher == "mpiexec" and flavor == "openmpi" else ()
+    exports = _exports(opts.exports, env) + stats
     from ..container.launch import container_launch, with_fabric
 
     container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),
@@ -448,7 +452,6 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         extra, fabric_report = rank_values(fabric, env, dict(exports))
         exports = (*exports, *extra)
     _check_program(opts.program, container is not None)
-    exe, flavor, tags = _launcher(site, opts, env)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
     if opts.timeline:
         check_output_file(opts.timeline, "--timeline")
