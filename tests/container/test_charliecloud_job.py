@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers.missing import skip_unless_ci
 
 CACHE = Path(tempfile.gettempdir()) / "wml-test-images"
 MARKER = "only-in-the-wml-test-image"
@@ -64,7 +65,7 @@ def _build(name: str, packages: str):
     """An image directory from Debian's packages (mmdebstrap), built once per machine."""
     for tool, pkg in (("ch-run", "charliecloud-runtime"), ("mmdebstrap", "mmdebstrap")):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (apt-get install {pkg}; scripts/test installs it)")
+            skip_unless_ci(f"{tool} is not installed (apt-get install {pkg}; scripts/test installs it)")
     CACHE.mkdir(exist_ok=True)
     img = CACHE / name
     with open(CACHE / "lock", "w") as lock:
@@ -74,7 +75,7 @@ def _build(name: str, packages: str):
             out = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tar)],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
-                pytest.skip("mmdebstrap could not build the image (is the Debian archive reachable?): "
+                skip_unless_ci("mmdebstrap could not build the image (is the Debian archive reachable?): "
                             + (out.stderr.strip().splitlines() or ["?"])[-1])
             shutil.rmtree(img, ignore_errors=True)
             img.mkdir()
@@ -112,7 +113,7 @@ def torch_image(mpi_image):
                                   str(img / "usr/local/lib/python3.11/dist-packages"), "torch==2.13.0"],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
-                pytest.skip("pip could not install torch==2.13.0 into the image: "
+                skip_unless_ci("pip could not install torch==2.13.0 into the image: "
                             + (out.stderr.strip().splitlines() or ["?"])[-1])
             (img / "wml-marker").write_text(MARKER + "\n")
     return img
@@ -192,7 +193,7 @@ def test_ddl_runtime_allreduce_in_the_image_through_the_hosts_open_mpi(job, mpi_
     ddl_runtime, bound in, allreduces across the two containers; numpy is the image's."""
     if not os.path.exists("/usr/bin/mpiexec") or "OpenRTE" not in subprocess.run(
             ["/usr/bin/mpiexec", "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
+        skip_unless_ci("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
     (mpi_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
     out = job("submit", "--container", str(mpi_image), "--ranks-per-node", "2", "allreduce.py",
               env={"WML_MPIEXEC": "/usr/bin/mpiexec", "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -215,7 +216,7 @@ def test_torch_distributed_optimizer_in_the_image_through_the_hosts_open_mpi(job
     torch, numpy and mpi4py; wml's runtime bound in), end with identical parameters."""
     if not os.path.exists("/usr/bin/mpiexec") or "OpenRTE" not in subprocess.run(
             ["/usr/bin/mpiexec", "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
+        skip_unless_ci("Debian's Open MPI (openmpi-bin) is not installed; scripts/test installs it")
     (torch_image / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
     out = job("submit", "--container", str(torch_image), "--ranks-per-node", "2", "train.py", env=OPEN_MPI, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -12,6 +12,7 @@ import sys
 import tarfile
 
 import pytest
+from helpers.missing import skip_unless_ci
 import yaml
 
 from .test_charliecloud_job import CACHE, _build
@@ -96,7 +97,7 @@ def ch_storage():
     once per machine from a tar without its device nodes (ch-image reads a directory's device
     files as data), with this machine's CA in pip's configuration (its HTTPS proxy)."""
     if shutil.which("ch-image") is None:
-        pytest.skip("ch-image is not installed (apt-get install charliecloud-builders; scripts/test installs it)")
+        skip_unless_ci("ch-image is not installed (apt-get install charliecloud-builders; scripts/test installs it)")
     img = _build("bookworm-python3-venv", "python3,python3-venv")
     storage = CACHE / "ch-storage"
     with open(CACHE / "lock", "w") as lock:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.missing import skip_unless_ci
 
 from .test_charliecloud_job import CACHE, MARKER, debian_image  # noqa: F401  (the fixture)
 
@@ -27,7 +28,7 @@ print("PROBE " + json.dumps({"rank": os.environ["RANK"], "marker": open("/wml-ma
 def squash_image(debian_image):
     """The Debian image as one SquashFS file, made once per machine beside the cached images."""
     if shutil.which("mksquashfs") is None:
-        pytest.skip("mksquashfs is not installed (apt-get install squashfs-tools; scripts/test installs it)")
+        skip_unless_ci("mksquashfs is not installed (apt-get install squashfs-tools; scripts/test installs it)")
     sqfs = CACHE / "bookworm-python3.sqfs"
     with open(CACHE / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from helpers.missing import skip_unless_ci
 
 from wmlce_tools.ddlrun.cli import parse_args
 from wmlce_tools.ddlrun.plan import build_plan
@@ -165,7 +166,7 @@ def test_3000_host_openmpi_launch_names_hosts_in_its_rankfile(tmp_path, sites, i
     """Open MPI across hosts is given a rankfile (every rank's host and cores): no host list on the line."""
     exe = openmpi_mpiexec()
     if exe is None:
-        pytest.skip("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
+        skip_unless_ci("Debian's Open MPI is not installed (apt-get install openmpi-bin)")
     hosts = aurora_names(3000)
     plan, _ = plan_of(["--site", "tiny", "-H", ",".join(hosts), "--mpiexec", exe],
                       {"WML_SITE_PATH": str(sites), "SLURM_JOB_ID": "5"})
@@ -217,7 +218,7 @@ def _launched_hostfile(stderr: str, flag: str) -> str:
 def test_real_mpich_launch_through_a_hostfile(ddlrun, sites):
     exe = shutil.which("mpiexec")
     if exe is None:
-        pytest.skip("pip's mpich is not installed (pip install mpich)")
+        skip_unless_ci("pip's mpich is not installed (pip install mpich)")
     me = socket.gethostname()
     r = ddlrun("--site", "tiny", "-H", f"localhost,{me}", "--mpiexec", exe, "python", SHOW,
                env={"WML_SITE_PATH": str(sites), "WML_DDLRUN_HOSTFILE_BYTES": "0"}, timeout=120)
