@@ -26,8 +26,8 @@ from ._version import __version__
 from .cache import cache_dir
 from .ddlrun.exe import ddlrun_exe
 from .errors import WmlError
-from .fabric.resolve import fabric_for
-from .fabric.script import script_lines
+from .launch.command import Where, launch_argv
+from .launch.plan import LaunchOptions, LaunchPlan, build_launch
 from .launchers import LaunchContext, launch_command
 from .layout import Layout, choose_queue, compile_layout, idle_gpu_warning
 from .quoting import check_directive_value, check_job_name, check_module, comment, sh_join, sh_quote
@@ -72,10 +72,10 @@ class JobPlan:
     workdir: Path
     output: str
     error: str
-    modules: Tuple[str, ...]
+    modules: Tuple[str, ...]          # the modules the script loads (the launch plan's, by name)
     env_lines: Tuple[str, ...]        # conda env activation
-    exports: Tuple[Tuple[str, str], ...]
-    fabric_lines: Tuple[str, ...] = ()     # the site's fabric for this job (wmlce_tools/fabric)
+    exports: Tuple[Tuple[str, str], ...]   # the job's own variables: --export, a chain's contract, a sweep's
+    launch: Optional[LaunchPlan] = None    # how the ranks start (wmlce_tools/launch): what ddlrun builds again
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
@@ -84,7 +84,17 @@ class JobPlan:
     passthrough: Passthrough = Passthrough()   # --mem, --exclusive, ..., --directive
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
     queue_why: Optional[str] = None          # the queue wml chose (no -q, the default refused the job), and why
-    container: Optional["ContainerLaunch"] = None   # --container: each rank runs in the image
+
+    def with_exports(self, pairs: Sequence[Tuple[str, str]], given_by: str) -> "JobPlan":
+        """This job with more of its own variables (a chain's contract, a sweep's): exported by
+        the script, given to ddlrun with -x, so the launch plan has them too."""
+        names = {k for k, _ in pairs}
+        exports = (*((k, v) for k, v in self.exports if k not in names), *pairs)
+        return dataclasses.replace(self, exports=exports, launch=self.launch.with_given(pairs, given_by))
+
+    @property
+    def container(self) -> Optional["ContainerLaunch"]:
+        return self.launch.container if self.launch is not None else None
 
     @property
     def _stage_plan(self) -> "StagePlan":
@@ -195,20 +205,26 @@ class JobPlan:
 
     @property
     def launcher_argv(self) -> List[str]:
+        """The launch ddlrun will run, as the launch plan's one assembly spells it before the
+        allocation exists: hosts, the rendezvous and per-node files as placeholders, the ranks'
+        variables as the plan gives them when nothing was set before the launch."""
         # ddlrun writes a jsrun ERF when the resource-set flags cannot say the layout (ranks per
-        # node not a multiple of the sockets): show that here too, so the script's comment
-        # names the launch that really runs.
+        # node not a multiple of the sockets): show that here too
         from .ddlrun.rankfile import needs_erf
 
-        erf = ERF_PLACEHOLDER if self.site.launcher == "jsrun" and needs_erf(self.layout) else None
-        program, extra = list(self.program), []
-        if self.container is not None:     # one container per rank (the shim inside, as ddlrun runs it)
-            exports = dict(self.exports)
-            program = self.container.wrap(program, exports, exports.get("PYTHONPATH", ""))
-            extra = self.container.launcher_args(exports)
-        ctx = LaunchContext(site=self.site, env=dict(self.exports), rankfile=erf, extra_args=extra,
-                            hosts=["localhost"] * self.layout.nodes if self.site.scheduler == "local" else None)
-        return launch_command(self.layout, ctx, program)
+        lay = self.launch.layout       # a packed sweep's: one trial's, not the allocation's
+        erf = ERF_PLACEHOLDER if self.site.launcher == "jsrun" and needs_erf(lay) else None
+        hosts = ["localhost"] * lay.nodes if self.site.scheduler == "local" else None
+        where = Where(hosts=hosts, rankfile=erf, output="direct" if lay.size == 1 else "prefixed")
+        return launch_argv(self.launch, self.launch.promised(dict(self.exports)), where)
+
+    @property
+    def rank_env_lines(self) -> List[str]:
+        """The ranks' variables, each with its source, as ddlrun decides them when nothing else
+        is set (the script's comment)."""
+        from .launch.describe import env_lines
+
+        return env_lines(self.launch, self.launch.promised(dict(self.exports)))
 
 
 def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:
@@ -320,9 +336,11 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     choice = choose_queue(site, _interactive_queue(site, req, interactive))
     queue, walltime = choice.name, choice.walltime
     layout = compile_layout(site, req)
-    fabric = fabric_for(site, layout.nodes, container=bool(getattr(req, "container", None)))   # issue 49's --container
-    fabric_modules = [m for m, _ in (fabric.modules if fabric else ()) if m not in site.modules]
-    modules = tuple(check_module(m) for m in (*site.modules, *fabric_modules, *req.modules))
+    launch = build_launch(site, layout, LaunchOptions(
+        program=tuple(argv), given=tuple(req.export_dict.items()), given_by="--export", modules=tuple(req.modules),
+        container=req.container, container_runtime=req.container_runtime, workdir=str(workdir),
+        record_dir=str(jobdir)))
+    modules = tuple(check_module(m.name) for m in launch.modules if m.action == "load")
     if req.rack_contiguous and site.scheduler != "lsf":
         raise WmlError(f"--rack-contiguous is an LSF expert-mode option; {site.name} uses {site.scheduler}")
     sched = get_scheduler(site.scheduler)
@@ -335,10 +353,7 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         raise WmlError(f"--alloc-flags is an LSF option; {site.name} uses {site.scheduler}")
     if req.gpu_binding and not site.node.gpus:
         raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
-    from .container.launch import container_launch, with_fabric
-
-    container = with_fabric(container_launch(site, req.container, req.container_runtime, str(workdir)), site,
-                            layout.nodes)
+    container = launch.container
     if container is not None and site.scheduler == "local":
         from .container.check import check_image_here
 
@@ -360,20 +375,11 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
     staged_env_lines = (_env_activation(req.conda_env, check=check_env, prefix_shell='"$wml_env_prefix"')[0]
                         if stage is not None else ())
     passed = passthrough(site, req)
-    exports: Dict[str, str] = dict(site.environment)
-    if site.scheduler != "local":
-        # each rank's OpenMP/BLAS threads = its hw threads (OLCF, ALCF and NERSC guides set it
-        # in every hybrid example; the launchers set nothing)
-        exports.setdefault("OMP_NUM_THREADS", str(layout.cpus_per_rank))
-    exports.update(req.export_dict)
-    if container is not None:
-        container = dataclasses.replace(container, pass_env=tuple(exports))
-    fabric_lines = tuple(script_lines(fabric, req.export_dict)) if fabric is not None else ()
-    return JobPlan(container=container, site=site, request=req, layout=layout, scheduler=sched, program=program,
-                   fabric_lines=fabric_lines,
+    return JobPlan(site=site, request=req, layout=layout, scheduler=sched, program=program,
+                   launch=dataclasses.replace(launch, program=program),
                    queue=passed.queue or queue, walltime=walltime, jobdir=jobdir, workdir=workdir, passthrough=passed,
                    output=output, error=error, modules=modules, env_lines=env_lines,
-                   exports=tuple(exports.items()), stage=stage, staged_env_lines=staged_env_lines,
+                   exports=tuple(req.export_dict.items()), stage=stage, staged_env_lines=staged_env_lines,
                    python=python if program and program[0] == python[0] else (None, ""),
                    queue_why=choice.why if not passed.queue else None)
 
@@ -440,14 +446,14 @@ def render_script(plan: JobPlan) -> str:
                        if site.scheduler == "cobalt" and not plan.request.output else None),
         rack_contiguous=plan.request.rack_contiguous, racks=lay.racks if site.nodes_per_rack else 1,
         slots=site.node.cores * lay.nodes, alloc_flags=plan.alloc_flags, attrs=plan.attrs,
-        modules=plan.modules, env_lines=plan.env_script_lines, staged=plan.stage is not None,
+        module_lines=[m.line for m in plan.launch.modules], env_lines=plan.env_script_lines,
+        staged=plan.stage is not None,
         constraint=plan.constraint,
-        exports=[(k, sh_quote(v)) for k, v in plan.exports], fabric_lines=plan.fabric_lines,
+        exports=[(k, sh_quote(v)) for k, v in plan.exports], rank_env=plan.rank_env_lines,
         job_dir=sh_quote(str(plan.jobdir)),
         job_id_var=plan.scheduler.job_id_var, layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall),
         extra_directives=[*(plan.container.directives(site.scheduler) if plan.container else ()), *plan.passthrough.lines],
-        container_lines=plan.container.script_lines() if plan.container else (),
         container_note=(f"each rank in {plan.container.runtime} image {plan.container.image}" if plan.container else None),
         launcher_line=sh_join(plan.launcher_argv),
         mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,

@@ -101,8 +101,9 @@ def _needs_mpi(name: str) -> bool:
 
 
 def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str],
-                    launcher_mpi: Optional[str] = None) -> None:
-    """Raise one WmlError naming this node and the first thing missing."""
+                    launcher_mpi: Optional[str] = None, decision=None) -> None:
+    """Raise one WmlError naming this node and the first thing missing.  ``env``: the launcher's
+    environment; ``decision``: the launch's (the variables that cross into the container)."""
     host = socket.gethostname()
     where = f"container {cont.image} ({cont.runtime}) on {host}"
     exe = EXECUTABLES.get(cont.runtime)
@@ -123,20 +124,23 @@ def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[
                            f"(ch-run mounts only onto directories the image has: mkdir it in the image)")
     if exe is None:          # pyxis, Container Engine: srun makes the container; nothing to run here
         return
-    _probe(cont, program, env, where, launcher_mpi)
+    _probe(cont, program, env, where, launcher_mpi, decision)
 
 
 def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str], where: str,
-           launcher_mpi: Optional[str] = None) -> None:
+           launcher_mpi: Optional[str] = None, decision=None) -> None:
+    if decision is None:
+        from ..rankenv import Decision
+
+        decision = Decision()
     python = cont.spec.python
     wanted = program_imports(program)
     files = [program[0]] if program else []
     files += [a for a in program[1:2] if a.endswith(".py")]
-    argv = cont.wrap([python, "-c", PROBE, "1" if cont.wml else "0", "\n".join(files), *wanted],
-                     env, env.get("PYTHONPATH", ""))
+    argv = cont.wrap([python, "-c", PROBE, "1" if cont.wml else "0", "\n".join(files), *wanted], decision, env)
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                             stdin=subprocess.DEVNULL, env={**env, **cont.host_env(env)})
+                             stdin=subprocess.DEVNULL, env={**env, **cont.host_env(decision)})
     except subprocess.TimeoutExpired:
         raise WmlError(f"{where}: the image's {python} did not answer within {PROBE_TIMEOUT_S:.0f} s") from None
     except OSError as e:

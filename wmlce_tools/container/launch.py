@@ -21,8 +21,11 @@ tool's manual; the site's own flags, binds, variables and modules come from its 
 - charliecloud: ``ch-run [flags] -b SRC:DST -c WORKDIR IMAGE -- CMD`` (ch-run mounts only onto
   directories the image has; it has no read-only bind).
 
-Binds and variables from elsewhere (the fabric section, issue 50) are handed in as a plain list
-(``extra_binds``, ``extra_env``) and treated like the site's.
+The launch plan (``wmlce_tools/launch``) builds the one ContainerLaunch of a launch, with the
+fabric's binds and switches (``with_fabric``), and hands each method its decision: the values for
+inside the container (``decision.inside``: Apptainer's ``APPTAINERENV_NAME`` on the host, podman's
+``-e NAME=VALUE``, ch-run's ``--set-env``, the EDF's ``[env]``, else ``env NAME=VALUE`` before
+the shim) and the names of the variables the ranks read (podman-hpc's ``-e NAME``).
 """
 from __future__ import annotations
 
@@ -41,11 +44,6 @@ NONE_WORDS = ("none", "off", "no")
 
 EXECUTABLES = {"apptainer": "apptainer", "singularity": "singularity", "shifter": "shifter",
                "podman-hpc": "podman-hpc", "podman": "podman", "charliecloud": "ch-run"}
-# what podman-hpc must be told to pass (-e NAME; an unset one is left out): the variables of
-# wml's job scripts that the rank shim and the runtime read (ARCHITECTURE.md's contract)
-PASSED = ("PYTHONUNBUFFERED", "DDL_OPTIONS", "DDL_TIMELINE", "WML_STOP_SIGNAL", "WML_CHECKPOINT_DIR",
-          "WML_CHAIN_SEGMENT", "WML_CHAIN_LENGTH", "WML_RUN_ID", "WML_TRIAL", "WML_SWEEP_RUN",
-          "WML_HOROVOD", "WML_LMS", "WML_JOB_ID")
 # runtimes that do not put the job's working directory into the container themselves
 BIND_WORKDIR = ("charliecloud", "podman", "podman-hpc", "pyxis", "container-engine")
 
@@ -137,7 +135,10 @@ def check_image(runtime: str, image: str, site: str) -> str:
 
 @dataclass(frozen=True)
 class ContainerLaunch:
-    """One job's container: what runs, where, and what goes in."""
+    """One job's container: what runs, where, and what goes in.  The variables come from the
+    launch plan's decision (``wmlce_tools/launch``): ``inside`` values cross into the container
+    in the runtime's own way, ``names`` are what a runtime that passes nothing by itself is told
+    to pass."""
 
     runtime: str
     image: str
@@ -145,9 +146,17 @@ class ContainerLaunch:
     workdir: str
     wml: Optional[str] = None                 # host directory of wml's packages, bound in (None: not bound)
     extra_binds: Tuple[str, ...] = ()         # from elsewhere (the fabric section), as SRC[:DST[:ro]]
-    extra_env: Tuple[Tuple[str, str], ...] = ()   # from elsewhere: set on the host before the launch
-    pass_env: Tuple[str, ...] = ()            # variables the job exports (podman-hpc: -e NAME each)
+    options: Tuple[Tuple[str, str], ...] = ()   # the fabric's runtime switches (shifter.module, CE annotations)
     edf_path: Optional[str] = None            # container-engine: the EDF wml wrote
+
+    def with_fabric(self, fabric) -> "ContainerLaunch":
+        """This container with the fabric's binds (the network plugin's libraries) and switches."""
+        import dataclasses
+
+        have = {b.rstrip("/") for b in (*self.spec.binds, *self.extra_binds)}
+        binds = tuple(b for b in fabric.binds if b.rstrip("/") not in have)   # a page may name one the runtime's did
+        return dataclasses.replace(self, extra_binds=(*self.extra_binds, *binds),
+                                   options=(*self.options, *fabric.container_options))
 
     # -- what goes in ----------------------------------------------------------------------
     def binds(self, env: Mapping[str, str] = {}) -> List[Bind]:
@@ -159,9 +168,39 @@ class ContainerLaunch:
             out.append(Bind(self.workdir, self.workdir))
         return out
 
-    def host_env(self, env: Mapping[str, str] = {}) -> Dict[str, str]:
-        """The variables set on the host before the launch, $VARIABLES expanded from ``env``."""
-        return {k: _expand(v, env) for k, v in (*self.spec.env.items(), *self.extra_env)}
+    @property
+    def env_prefix(self) -> Optional[str]:
+        return {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(self.runtime)
+
+    def inside_set(self, environ: Mapping[str, str]) -> Dict[str, str]:
+        """Variables for inside the container that the user already set in the runtime's own
+        way (``APPTAINERENV_NAME``): they win over the plan's."""
+        prefix = self.env_prefix
+        if prefix is None:
+            return {}
+        return {k[len(prefix):]: v for k, v in environ.items() if k.startswith(prefix)}
+
+    def host_env(self, decision) -> Dict[str, str]:
+        """The launcher's variables that carry ``decision.inside`` into the container
+        (Apptainer resets LD_LIBRARY_PATH inside; ``APPTAINERENV_NAME`` sets it there)."""
+        prefix = self.env_prefix
+        if prefix is None:
+            return {}
+        return {f"{prefix}{k}": v for k, v in decision.inside}
+
+    def runtime_modules(self) -> List[str]:
+        """Shifter's modules: the site's, then the fabric's (``shifter.module: gpu,nccl-plugin``)."""
+        out: Dict[str, None] = dict.fromkeys(self.spec.runtime_modules)
+        for key, value in self.options:
+            if key == "shifter.module":
+                out.update(dict.fromkeys(m.strip() for m in value.split(",") if m.strip()))
+        return list(out)
+
+    def annotations(self) -> Dict[str, str]:
+        """The Container Engine's EDF annotations: the site's, then the fabric's (its hooks)."""
+        out = dict(self.spec.annotations)
+        out.update((k, v) for k, v in self.options if k.split(".")[0] not in EXECUTABLES)
+        return out
 
     def pythonpath(self, host_value: str = "") -> str:
         """PYTHONPATH inside: entries of the host's that lie in wml's packages (the Horovod
@@ -176,33 +215,44 @@ class ContainerLaunch:
         return os.pathsep.join([*out, self.spec.wml_dir])
 
     # -- the rank's command ----------------------------------------------------------------
-    def inner(self, argv: Sequence[str], host_pythonpath: str = "") -> List[str]:
-        """``argv`` as it runs inside: ``env PYTHONPATH=... argv`` when wml is bound in."""
-        if self.wml is None:
-            return list(argv)
-        return ["env", f"PYTHONPATH={self.pythonpath(host_pythonpath)}", *argv]
+    def inner(self, argv: Sequence[str], decision, env: Mapping[str, str] = {}) -> List[str]:
+        """``argv`` as it runs inside: ``env NAME=VALUE ... argv`` with PYTHONPATH when wml is
+        bound in, and the inside values of runtimes that have no way of their own to set them."""
+        sets = []
+        if self.wml is not None:
+            sets.append(f"PYTHONPATH={self.pythonpath(env.get('PYTHONPATH', ''))}")
+        if self.runtime in ("shifter", "pyxis"):
+            sets += [f"{k}={v}" for k, v in decision.inside]
+        return ["env", *sets, *argv] if sets else list(argv)
 
-    def wrap(self, argv: Sequence[str], env: Mapping[str, str] = {}, host_pythonpath: str = "") -> List[str]:
-        """One rank's command in the container (what follows the launcher's own flags)."""
+    def wrap(self, argv: Sequence[str], decision, env: Mapping[str, str] = {}) -> List[str]:
+        """One rank's command in the container (what follows the launcher's own flags);
+        ``env``: the launcher's environment (binds' and PYTHONPATH's $VARIABLES)."""
         rt, spec, image = self.runtime, self.spec, self.image
-        inner = self.inner(argv, host_pythonpath)
+        inner = self.inner(argv, decision, env)
         binds = self.binds(env)
         if rt in ("apptainer", "singularity"):
             return [rt, "exec", *spec.flags, *_flagged("-B", [b.spelled(short=True) for b in binds]), image, *inner]
         if rt == "shifter":
-            mods = [f"--module={','.join(spec.runtime_modules)}"] if spec.runtime_modules else []
-            return ["shifter", f"--image={image}", *mods, *spec.flags,
+            mods = self.runtime_modules()
+            return ["shifter", f"--image={image}", *([f"--module={','.join(mods)}"] if mods else []), *spec.flags,
                     *_flagged("-V", [b.spelled() for b in binds]), *inner]
         if rt in ("podman-hpc", "podman"):
-            envs = ["--env-host"] if rt == "podman" else _flagged("-e", sorted({*self.pass_env, *PASSED}))
+            inside = [f"{k}={v}" for k, v in decision.inside]
+            if rt == "podman":
+                envs = ["--env-host", *_flagged("-e", inside)]
+            else:       # podman passes no variable by itself: each one the ranks read, by name
+                names = sorted({*decision.names, *(n for n, _ in decision.rank), *(n for n, _ in decision.host)}
+                               - {k for k, _ in decision.inside})
+                envs = [*_flagged("-e", names), *_flagged("-e", inside)]
             return [rt, "run", "--rm", *spec.flags, *envs, *_flagged("-v", [b.spelled() for b in binds]),
                     "-w", self.workdir, image, *inner]
         if rt == "charliecloud":
-            return ["ch-run", *spec.flags, *_flagged("-b", [b.spelled("") for b in binds]),
-                    "-c", self.workdir, image, "--", *inner]
+            return ["ch-run", *spec.flags, *[f"--set-env={k}={v}" for k, v in decision.inside],
+                    *_flagged("-b", [b.spelled("") for b in binds]), "-c", self.workdir, image, "--", *inner]
         return inner          # pyxis, container-engine: srun's own flags do it (launcher_args)
 
-    def launcher_args(self, env: Mapping[str, str] = {}) -> List[str]:
+    def launcher_args(self, decision, env: Mapping[str, str] = {}) -> List[str]:
         """Flags for the launcher itself (srun's pyxis and Container Engine options)."""
         if self.runtime == "pyxis":
             mounts = ",".join(b.spelled() for b in self.binds(env))
@@ -218,22 +268,16 @@ class ContainerLaunch:
         if self.runtime != "shifter" or scheduler != "slurm":
             return []
         out = [f"#SBATCH --image={self.image}"]
-        if self.spec.runtime_modules:
-            out.append(f"#SBATCH --module={','.join(self.spec.runtime_modules)}")
+        mods = self.runtime_modules()
+        if mods:
+            out.append(f"#SBATCH --module={','.join(mods)}")
         return out
 
-    def script_lines(self) -> List[str]:
-        """``module use``/``module load`` and the host variables, before ddlrun runs (a value's
-        $VARIABLES expand in the job: they name the node's libraries)."""
-        lines = [f"module use {p}" for p in self.spec.module_use]
-        lines += [f"module load {m}" for m in self.spec.modules]
-        lines += [f"export {k}={_dquote(v)}" for k, v in (*self.spec.env.items(), *self.extra_env)]
-        return lines
-
     # -- CSCS Container Engine ---------------------------------------------------------------
-    def edf_text(self, env: Mapping[str, str] = {}) -> Optional[str]:
+    def edf_text(self, decision, env: Mapping[str, str] = {}) -> Optional[str]:
         """The EDF wml writes for the Container Engine (None for the other runtimes): a user's
-        EDF (a name or .toml) is its base_environment, anything else is the image."""
+        EDF (a name or .toml) is its base_environment, anything else is the image; the inside
+        values as its [env], the site's and the fabric's hooks as its [annotations]."""
         if self.runtime != "container-engine":
             return None
         img = self.image
@@ -243,8 +287,11 @@ class ContainerLaunch:
             head = f"image = {_toml(img)}"
         lines = [head, f"workdir = {_toml(self.workdir)}",
                  "mounts = [" + ", ".join(_toml(b.spelled()) for b in self.binds(env)) + "]"]
-        if self.spec.annotations:
-            lines += ["", "[annotations]"] + [f"{_toml(k)} = {_toml(v)}" for k, v in self.spec.annotations.items()]
+        if decision.inside:
+            lines += ["", "[env]"] + [f"{k} = {_toml(v)}" for k, v in decision.inside]
+        notes = self.annotations()
+        if notes:
+            lines += ["", "[annotations]"] + [f"{_toml(k)} = {_toml(v)}" for k, v in notes.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -253,11 +300,6 @@ def _flagged(flag: str, values: Sequence[str]) -> List[str]:
     for v in values:
         out += [flag, v]
     return out
-
-
-def _dquote(value: str) -> str:
-    """A double-quoted shell word: $VARIABLES expand, nothing else does (site text only)."""
-    return '"' + re.sub(r'(["\\`])', r"\\\1", value) + '"'
 
 
 def _toml(text: str) -> str:
@@ -288,9 +330,8 @@ def choose(site: SiteProfile, image: Optional[str], runtime: Optional[str]) -> O
     return name, check_image(name, image, site.name)
 
 
-def container_launch(site: SiteProfile, image: Optional[str], runtime: Optional[str], workdir: str,
-                     pass_env: Sequence[str] = (), extra_binds: Sequence[str] = (),
-                     extra_env: Mapping[str, str] = {}) -> Optional[ContainerLaunch]:
+def container_launch(site: SiteProfile, image: Optional[str], runtime: Optional[str],
+                     workdir: str) -> Optional[ContainerLaunch]:
     """The ContainerLaunch of a job on ``site`` (None without a container)."""
     chosen = choose(site, image, runtime)
     if chosen is None:
@@ -298,23 +339,4 @@ def container_launch(site: SiteProfile, image: Optional[str], runtime: Optional[
     name, img = chosen
     spec = site.container.runtimes[name]
     return ContainerLaunch(runtime=name, image=img, spec=spec, workdir=os.path.abspath(workdir),
-                           wml=wml_root() if spec.bind_wml else None, extra_binds=tuple(extra_binds),
-                           extra_env=tuple(extra_env.items()), pass_env=tuple(pass_env))
-
-
-def with_fabric(launch: Optional[ContainerLaunch], site: SiteProfile, nodes: int) -> Optional[ContainerLaunch]:
-    """``launch`` with the site's fabric for a container job of ``nodes`` nodes bound in (issue 50:
-    the network plugin's libraries and its variables, wmlce_tools/fabric/container.py)."""
-    if launch is None:
-        return None
-    from ..fabric.container import container_fabric
-
-    fab = container_fabric(site, nodes)
-    if not fab.binds and not fab.env:
-        return launch
-    import dataclasses
-
-    have = {b.rstrip("/") for b in (*launch.spec.binds, *launch.extra_binds)}
-    binds = tuple(b for b in fab.binds if b.rstrip("/") not in have)   # a page may name one the runtime's did
-    return dataclasses.replace(launch, extra_binds=(*launch.extra_binds, *binds),
-                               extra_env=(*launch.extra_env, *fab.env))
+                           wml=wml_root() if spec.bind_wml else None)

@@ -22,13 +22,16 @@ NODE_TIMEOUT_S = 180.0
 TAG = "WML-NODE "
 
 
-def payload(cont: ContainerLaunch, program: Sequence[str], launcher_mpi: Optional[str] = None) -> str:
+def payload(cont: ContainerLaunch, program: Sequence[str], launcher_mpi: Optional[str] = None,
+            decision=None) -> str:
     import msgspec
 
+    inside = [list(kv) for kv in decision.inside] if decision is not None else []
+    names = list(decision.names) if decision is not None else []
     return json.dumps({"runtime": cont.runtime, "image": cont.image, "spec": msgspec.to_builtins(cont.spec),
                        "workdir": cont.workdir, "wml": cont.wml, "extra_binds": list(cont.extra_binds),
-                       "extra_env": [list(kv) for kv in cont.extra_env], "program": list(program),
-                       "launcher_mpi": launcher_mpi})
+                       "options": [list(kv) for kv in cont.options], "inside": inside, "names": names,
+                       "program": list(program), "launcher_mpi": launcher_mpi})
 
 
 def _from_payload(text: str):
@@ -36,11 +39,14 @@ def _from_payload(text: str):
 
     from ..site.container_schema import ContainerRuntime
 
+    from ..rankenv import Decision
+
     d = json.loads(text)
     cont = ContainerLaunch(runtime=d["runtime"], image=d["image"], spec=msgspec.convert(d["spec"], ContainerRuntime),
                            workdir=d["workdir"], wml=d["wml"], extra_binds=tuple(d["extra_binds"]),
-                           extra_env=tuple(tuple(kv) for kv in d["extra_env"]))
-    return cont, d["program"], d.get("launcher_mpi")
+                           options=tuple(tuple(kv) for kv in d["options"]))
+    decision = Decision(inside=tuple(tuple(kv) for kv in d["inside"]), names=tuple(d["names"]))
+    return cont, d["program"], d.get("launcher_mpi"), decision
 
 
 def main(argv: Sequence[str]) -> int:
@@ -48,8 +54,8 @@ def main(argv: Sequence[str]) -> int:
 
     host = socket.gethostname()
     try:
-        cont, program, launcher_mpi = _from_payload(argv[0])
-        check_container(cont, program, os.environ, launcher_mpi)
+        cont, program, launcher_mpi, decision = _from_payload(argv[0])
+        check_container(cont, program, os.environ, launcher_mpi, decision)
     except WmlError as e:
         print(f"{TAG}fail {host}: {e}", flush=True)
         return 0

@@ -194,7 +194,8 @@ def run_cli(argv: Sequence[str]) -> int:
         from .plan import check_container_nodes, stage_image_nodes
 
         if check_only:     # `ddlrun --check --container IMAGE`: the image's python, on every node
-            plan = dataclasses.replace(plan, program=(plan.container.spec.python, "-c", "pass"))
+            plan = dataclasses.replace(plan, plan=dataclasses.replace(plan.plan, program=(plan.container.spec.python,
+                                                                                          "-c", "pass")))
         if plan.image_copy is not None:     # the copy on every node first; the check reads the copy
             stage_image_nodes(plan)
         try:

@@ -1,9 +1,10 @@
-"""ddlrun's options + the job's hosts -> ResourceRequest -> Layout -> the launch command.
+"""ddlrun's options + the job's hosts -> ResourceRequest -> Layout -> the launch plan -> the launch.
 
-The geometry is never worked out here: ``compile_layout`` places the ranks and
-``launch_command`` spells the launcher line, exactly as for the job script.  This module only
-decides how many nodes and ranks per node the request has, checks them against the hosts,
-and puts the per-rank shim (``rankexec``) in front of the program.
+Nothing about the launch is worked out here: ``compile_layout`` places the ranks,
+``build_launch`` (wmlce_tools/launch) makes the same plan the job script rendered, its one rule
+decides each rank variable against the environment ddlrun runs in, and ``launch_argv`` assembles
+the command.  This module only decides how many nodes and ranks per node the request has from the
+allocation's hosts, checks them, and finds the launcher.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import WmlError
-from ..fabric.resolve import Applied, FabricEnv, fabric_for, rank_values
-from ..launchers import LaunchContext, launch_command
+from ..launch.command import Where, launch_argv, once_per_node_argv, shim_argv
+from ..rankenv import Decision
+from ..launch.plan import LaunchOptions, LaunchPlan, build_launch
 from ..layout import Layout, compile_layout
 from ..resources import ResourceRequest
 from ..site.schema import SiteProfile
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
-SHIM_MODULE = "wmlce_tools.ddlrun.rankexec"
 
 LAUNCHER_HINTS = {
     "jsrun": "are you inside an LSF allocation on {site}? (bsub -Is or a batch job)",
@@ -72,133 +73,109 @@ class DdlrunOptions:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
-    """Everything about one launch, decided before anything runs."""
+class Launch:
+    """One launch on the allocation's hosts: the launch plan (``wmlce_tools/launch``, built by the
+    same function as the job script's) and what only the allocation says: its hosts, the MPI
+    found, the rendezvous, the placement files, and the environment the launch runs in, against
+    which the plan's one rule decided each variable."""
 
-    site: SiteProfile
+    plan: LaunchPlan
     hosts: HostSet                       # the hosts used, one per node (one host when emulated)
     node_hosts: Tuple[str, ...]          # host of each layout node
-    layout: Layout
     mode: str
     mpi_flavor: Optional[str]            # mpiexec only
     launcher_exe: Optional[str]          # resolved path, None when not found (dry run)
-    exports: Tuple[Tuple[str, str], ...]
+    decision: Decision                   # what the ranks get, each variable's value and source
+    environ: Tuple[Tuple[str, str], ...]   # the environment the launch runs in
     master_addr: str
     master_port: int
     output: str                          # the shim's --output: direct, lines or prefixed
     placement: Optional[str]             # rankfile / ERF text, when the launch needs one
-    program: Tuple[str, ...]
     timeline: Optional[str]
     mpiargs: Tuple[str, ...]
     notes: Tuple[str, ...] = ()          # lines ddlrun says before launching (e.g. fitted)
     hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
-    fabric: Optional[FabricEnv] = None   # the site's fabric for this launch (wmlce_tools/fabric)
-    fabric_report: Tuple[Applied, ...] = ()   # each fabric variable's value and where it came from
-    container: Optional["ContainerLaunch"] = None   # --container: each rank's shim runs in the image
-    container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
     image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
 
-    def shim_argv(self, report: Optional[str] = None) -> List[str]:
-        lay = self.layout
-        # each node's GPU lists, spelled once per placement (a real machine's nodes share one)
-        spelled: Dict[tuple, str] = {}
-        node_lists = []
-        for n in range(lay.nodes):
-            slots = lay.node_slots(n)
-            text = spelled.get(slots)
-            if text is None:
-                text = spelled[slots] = ";".join(",".join(map(str, self.device_ids(g))) for g, _, _ in slots)
-            node_lists.append(text)
-        if len(set(node_lists)) == 1:
-            node_lists = node_lists[:1]
-        # emulated nodes sharing the host's GPUs (--ranks-per-gpu) have GPUs though their node view has none
-        binding = self.site.gpu_binding if lay.node_spec.gpus > 0 or any(gpus for p in lay.placements for gpus, _, _ in p) else "none"
-        python = self.container.spec.python if self.container is not None else sys.executable
-        argv = [python, "-m", SHIM_MODULE, "--size", str(lay.size),
-                "--ranks-per-node", str(lay.ranks_per_node), "--binding", binding,
-                "--gpus", "|".join(node_lists), "--gpu-env", self.site.gpu_env, "--mode", self.mode,
-                "--master", f"{self.master_addr}:{self.master_port}"]
-        if lay.emulated:
-            argv += ["--emulate-nodes", str(lay.nodes)]
-        if self.timeline:
-            argv += ["--timeline", self.timeline]
-        argv += ["--output", self.output]
-        if report:
-            argv += ["--report", report]
-        return argv + ["--", *self.program]
+    @property
+    def site(self) -> SiteProfile:
+        return self.plan.site
 
-    def device_ids(self, gpus) -> Tuple[int, ...]:
-        """Layout GPU numbers -> the device ids the node's driver uses (``node.gpu_order``:
-        Polaris gives local rank 0 GPU 3, the one closest to its cores)."""
-        order = self.site.node.gpu_order
-        return tuple(order[g] if g < len(order) else g for g in gpus)
+    @property
+    def layout(self) -> Layout:
+        return self.plan.layout
+
+    @property
+    def program(self) -> Tuple[str, ...]:
+        return self.plan.program
+
+    @property
+    def container(self) -> Optional["ContainerLaunch"]:
+        return self.plan.container
+
+    @property
+    def fabric(self):
+        return self.plan.fabric
+
+    def where(self, rankfile: Optional[str] = None, report: Optional[str] = None,
+              hostfile: Optional[str] = None, edf: Optional[str] = None) -> Where:
+        return Where(hosts=self.node_hosts, master=f"{self.master_addr}:{self.master_port}",
+                     mpi_flavor=self.mpi_flavor or "mpich", launcher_exe=self.launcher_exe, rankfile=rankfile,
+                     mode=self.mode,
+                     hostfile=hostfile, edf=edf, output=self.output, report=report, timeline=self.timeline,
+                     mpiargs=self.mpiargs, tag_output=bool(self.output_tags), environ=dict(self.environ))
+
+    def shim_argv(self, report: Optional[str] = None) -> List[str]:
+        return shim_argv(self.plan, self.where(report=report))
 
     def launcher_env(self, base: Mapping[str, str]) -> Dict[str, str]:
-        """The launcher's own environment: ``base`` plus the -x variables, so launchers that
-        pass their environment on (srun, jsrun, MPICH) give ranks the same values as the
-        explicit -x / -genv / -e flags do."""
-        env = dict(base)
-        env.update(self.exports)
-        if self.container is not None:    # the runtime's own settings (APPTAINERENV_*), as the job script sets them
-            env.update(self.container.host_env(env))
+        """The launcher's own environment: ``base`` with the decided variables (launchers that
+        pass their environment on, srun, jsrun, MPICH, give ranks the same values as the explicit
+        -x / -genv / -e flags do) and the container runtime's (APPTAINERENV_*)."""
+        env = self.decision.launcher_env(base)
+        if self.container is not None:
+            env.update(self.container.host_env(self.decision))
         return env
 
     def command(self, rankfile_path: Optional[str] = None, report: Optional[str] = None,
                 hostfile_path: Optional[str] = None, edf_path: Optional[str] = None) -> List[str]:
-        program, extra = self.shim_argv(report), list(self.mpiargs)
-        if self.container is not None:
-            from dataclasses import replace as _replace
+        return launch_argv(self.plan, self.decision, self.where(rankfile_path, report, hostfile_path, edf_path))
 
-            cont = _replace(self.container, edf_path=edf_path) if edf_path else self.container
-            env = dict(self.container_env)
-            program = cont.wrap(program, env, env.get("PYTHONPATH", ""))
-            extra = [*cont.launcher_args(env), *extra]
-        ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
-                            env=dict(self.exports), extra_args=extra, rankfile=rankfile_path,
-                            hostfile=hostfile_path)
-        argv = launch_command(self.layout, ctx, program)
-        if self.output_tags:       # Open MPI: each chunk of output names its rank (runner reassembles lines)
-            argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]
-        if self.launcher_exe and self.site.launcher in ("mpiexec", "pals"):
-            argv[0] = self.launcher_exe
-        return argv
+    def edf_text(self) -> Optional[str]:
+        if self.container is None:
+            return None
+        return self.container.edf_text(self.decision, self.launcher_env(dict(self.environ)))
+
+    def once_per_node(self, module_argv: List[str]) -> List[str]:
+        """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher."""
+        return once_per_node_argv(self.plan, self.where(), [sys.executable, "-m", *module_argv], self.decision)
 
 
-def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> None:
+def check_container_nodes(plan: Launch, per_node: Optional[bool] = None) -> None:
     """The container check before any rank starts: here, on ddlrun's node, when the job's nodes
     are this host; else once on every node through the site's launcher (one rank per node)
     (``per_node``: force one or the other)."""
     from ..container.check import check_container
 
-    env = dict(plan.container_env)
+    env = plan.launcher_env(dict(plan.environ))
     if per_node is None:
         per_node = len(set(plan.node_hosts)) > 1
     flavor = plan.mpi_flavor if plan.site.launcher == "mpiexec" else None    # the image's MPI must be its kin
     if not per_node:
-        check_container(plan.container, plan.program, env, flavor)
+        check_container(plan.container, plan.program, env, flavor, plan.decision)
         return
     from ..container.nodecheck import gather, payload
 
-    gather(_once_per_node(plan, ["wmlce_tools.container.nodecheck", payload(plan.container, plan.program, flavor)]),
-           plan.launcher_env(env), plan.node_hosts)
-
-
-def _once_per_node(plan: LaunchPlan, module_argv: List[str]) -> List[str]:
-    """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher."""
-    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
-    ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
-                        env=dict(plan.exports), extra_args=list(plan.mpiargs))
-    argv = launch_command(one, ctx, [sys.executable, "-m", *module_argv])
-    if plan.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
-        argv[0] = plan.launcher_exe
-    return argv
+    gather(plan.once_per_node(["wmlce_tools.container.nodecheck",
+                               payload(plan.container, plan.program, flavor, plan.decision)]),
+           env, plan.node_hosts)
 
 
 STAGE_TIMEOUT_S = 1800.0
 
 
-def stage_image_nodes(plan: LaunchPlan, release: bool = False, per_node: Optional[bool] = None) -> None:
+def stage_image_nodes(plan: Launch, release: bool = False, per_node: Optional[bool] = None) -> None:
     """Copy the image file to every node's local storage (``release``: end the job's use of the
     copies): here when the job's nodes are this host, else once per node through the launcher;
     one WmlError naming the first node that failed."""
@@ -212,8 +189,8 @@ def stage_image_nodes(plan: LaunchPlan, release: bool = False, per_node: Optiona
         return
     from ..container.nodecheck import gather
 
-    argv = _once_per_node(plan, ["wmlce_tools.container.stage", "release" if release else "stage", stage.payload(c)])
-    gather(argv, plan.launcher_env(dict(plan.container_env)), plan.node_hosts,
+    argv = plan.once_per_node(["wmlce_tools.container.stage", "release" if release else "stage", stage.payload(c)])
+    gather(argv, plan.launcher_env(dict(plan.environ)), plan.node_hosts,
            what=f"{'removing' if release else 'copying'} the image {c.source}", timeout_s=STAGE_TIMEOUT_S)
 
 
@@ -265,17 +242,6 @@ def _exports(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str,
             value = env[key]
         out[key] = value
     return tuple(out.items())
-
-
-def _stats_export(items: Tuple[str, ...], env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
-    """DDL_STATS_DIR for every rank, whatever the launcher passes on: where the runtime writes
-    each rank's record (the job script's $WML_JOB_DIR/stats; a sweep's trial sets its own)."""
-    from ddl_runtime.core.jobenv import stats_dir
-
-    where = stats_dir(env)
-    if where is None or any(item.partition("=")[0] == "DDL_STATS_DIR" for item in items):
-        return ()
-    return (("DDL_STATS_DIR", where),)
 
 
 def _check_mode(text: Optional[str], layout: Layout) -> str:
@@ -399,7 +365,7 @@ def _launcher(site: SiteProfile, opts: DdlrunOptions,
     return exe, flavor, tag_style(text) if flavor == "openmpi" else None
 
 
-def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> LaunchPlan:
+def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Launch:
     """Validate everything; raise WmlError naming the first problem."""
     from ..site.registry import choose_site
 
@@ -427,14 +393,11 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     _check_slots(layout, hosts, opts.oversubscribe)
     mode = _check_mode(opts.mode, layout)
     exe, flavor, tags = _launcher(site, opts, env)
-    # DDL_STATS_DIR: the ranks find it from $WML_JOB_DIR where the launcher passes the environment on
-    # (srun, jsrun, aprun, PALS, MPICH's mpiexec); Open MPI's passes only what -x names
-    stats = _stats_export(opts.exports, env) if site.launcher == "mpiexec" and flavor == "openmpi" else ()
-    exports = _exports(opts.exports, env) + stats
-    from ..container.launch import container_launch, with_fabric
-
-    container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),
-                                             pass_env=[k for k, _ in exports]), site, layout.nodes)
+    exports = _exports(opts.exports, env)
+    launch = build_launch(site, layout, LaunchOptions(program=opts.program, given=exports, container=opts.container,
+                                                      container_runtime=opts.container_runtime, workdir=os.getcwd(),
+                                                      record_dir=env.get("WML_JOB_DIR")))
+    container = launch.container
     image_copy, note = None, None
     if container is not None:      # an image file copied to each node's local storage before the ranks
         import dataclasses
@@ -445,12 +408,8 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
         image_copy = plan_copy(site, container, opts.stage_image, env, job)
         if image_copy is not None:
             container = dataclasses.replace(container, image=str(image_copy.target(env)))
+            launch = dataclasses.replace(launch, container=container)
             note = f"the image {image_copy.source} is copied to {container.image} on each node before any rank starts"
-    fabric = fabric_for(site, layout.nodes, container=container is not None)
-    fabric_report: Tuple[Applied, ...] = ()
-    if fabric is not None:     # every rank gets the site's fabric; a variable set here or given by -x wins
-        extra, fabric_report = rank_values(fabric, env, dict(exports))
-        exports = (*exports, *extra)
     _check_program(opts.program, container is not None)
     node_hosts = tuple(hosts.hosts[0] for _ in range(nodes)) if layout.emulated else hosts.hosts
     if opts.timeline:
@@ -459,12 +418,10 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     whole_job = hosts.source == "PBS_NODEFILE" and len(hosts.hosts) == len(job_hosts.hosts)
     hostfile = host_file(site.launcher, flavor or "mpich", layout, node_hosts, hostfile_bytes(env), whole_job)
     output = "direct" if layout.size == 1 else ("prefixed" if opts.prefix else "lines")
-    return LaunchPlan(site=site, hosts=hosts, node_hosts=node_hosts, layout=layout, mode=mode,
-                      mpi_flavor=flavor, launcher_exe=exe, exports=exports,
-                      master_addr=node_hosts[0], master_port=master_port(env), output=output,
-                      output_tags=tags if output != "direct" else None,
-                      placement=placement_file(site.launcher, flavor, layout, node_hosts),
-                      program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
-                      notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
-                      fabric=fabric, fabric_report=fabric_report, container=container,
-                      container_env=tuple({**env, **dict(exports)}.items()) if container is not None else ())
+    return Launch(plan=launch, hosts=hosts, node_hosts=node_hosts, mode=mode, mpi_flavor=flavor, launcher_exe=exe,
+                  decision=launch.decide(env), environ=tuple(env.items()),
+                  master_addr=node_hosts[0], master_port=master_port(env), output=output,
+                  output_tags=tags if output != "direct" else None,
+                  placement=placement_file(site.launcher, flavor, layout, node_hosts),
+                  timeline=timeline, mpiargs=opts.mpiargs,
+                  notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy)

@@ -130,7 +130,7 @@ def check_hosts(plan, err: TextIO) -> bool:
     reports = judge(reports, __version__, gpus_needed)
     err.write(table(reports))
     if plan.fabric is not None:
-        for line in check_lines(plan.fabric, {r.host: r.fabric for r in reports}, plan.fabric_report):
+        for line in check_lines(plan.fabric, {r.host: r.fabric for r in reports}, plan.decision.report):
             err.write(f"ddlrun: {line}\n")
     bad = [r for r in reports if r.problem is not None]
     if bad:

@@ -1,4 +1,4 @@
-"""Run a LaunchPlan: write the placement file, print the command, run the launcher, and
+"""Run a Launch: write the placement file, print the command, run the launcher, and
 report the first failing rank.
 
 The launcher runs in its own process group (so the whole job can be signalled at once) and
@@ -36,7 +36,7 @@ from ddl_runtime.checkpoint.protocol import EXIT_RESUME, STOP_SIGNAL_ENV
 from ..quoting import sh_join
 from .exitreport import RankExit, new_token, parse_report, parse_up, stop_signum
 from .pdeathsig import TERM_ON_PARENT_DEATH
-from .plan import LaunchPlan
+from .plan import Launch
 from .tagged import whole_lines
 
 FAIL_GRACE_S = 10.0
@@ -151,14 +151,14 @@ def _write_all(fd: int, data: bytes) -> bool:
         return False
 
 
-def dry_run_text(plan: LaunchPlan) -> str:
+def dry_run_text(plan: Launch) -> str:
     workdir = os.path.join(tempfile.gettempdir(), "ddlrun-<tmpdir>")
     placeholder = os.path.join(workdir, _placement_name(plan))
     hostfile = os.path.join(workdir, HOSTFILE_NAME)
     argv = plan.command(rankfile_path=placeholder if plan.placement else None,
                         hostfile_path=hostfile if plan.hostfile else None)
     lines = [sh_join(argv)]
-    edf = plan.container.edf_text(dict(plan.container_env)) if plan.container is not None else None
+    edf = plan.edf_text()
     if edf:
         lines.append("# the Container Engine's EDF, written at launch beside the rankfile:")
         lines += [f"#   {line}" for line in edf.splitlines()]
@@ -171,14 +171,13 @@ def dry_run_text(plan: LaunchPlan) -> str:
         last = rest.rstrip("\n").rpartition("\n")[2] or first
         lines.append(f"# {hostfile}: {plan.hostfile.count(chr(10))} hosts, one a line, in node order "
                      f"({first!r} .. {last!r}), written at launch and removed when ddlrun exits")
-    if plan.fabric is not None:
-        from ..fabric.resolve import report_lines
+    from ..launch.describe import env_lines
 
-        lines += [f"# {line}" for line in report_lines(plan.fabric, plan.fabric_report)]
+    lines += [f"# {line}" for line in env_lines(plan.plan, plan.decision)]
     return "\n".join(lines) + "\n"
 
 
-def _placement_name(plan: LaunchPlan) -> str:
+def _placement_name(plan: Launch) -> str:
     return "erf" if plan.site.launcher == "jsrun" else "rankfile"
 
 
@@ -191,14 +190,13 @@ def _write(workdir: str, name: str, text: Optional[str]) -> Optional[str]:
     return path
 
 
-def run(plan: LaunchPlan, err: TextIO = sys.stderr) -> int:
+def run(plan: Launch, err: TextIO = sys.stderr) -> int:
     grace = fail_grace_s()
     workdir = tempfile.mkdtemp(prefix="ddlrun-")   # private (0700), removed with what it holds when ddlrun ends
     try:
         rankfile = _write(workdir, _placement_name(plan), plan.placement)
         hostfile = _write(workdir, HOSTFILE_NAME, plan.hostfile)
-        edf = _write(workdir, "wml-edf.toml",
-                     plan.container.edf_text(dict(plan.container_env)) if plan.container is not None else None)
+        edf = _write(workdir, "wml-edf.toml", plan.edf_text())
         token = new_token()
         argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile, edf_path=edf)
         err.write(f"ddlrun: {sh_join(argv)}\n")

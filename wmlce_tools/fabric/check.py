@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
-from .resolve import Applied, FabricEnv
+from .resolve import FabricEnv
 
 
 def plugin_spec(fab: Optional[FabricEnv], rank_env: Mapping[str, str]) -> Optional[dict]:
@@ -49,9 +49,10 @@ def launch_warning(fab: Optional[FabricEnv], gpus_per_node: int, rank_env: Mappi
     return missing_line(fab, [])
 
 
-def check_lines(fab: FabricEnv, results: Mapping[str, Optional[dict]], applied: Sequence[Applied]) -> Tuple[str, ...]:
+def check_lines(fab: FabricEnv, results: Mapping[str, Optional[dict]], applied: Sequence) -> Tuple[str, ...]:
     """``ddlrun --check``'s fabric lines: per host the plugin (path and whether it loads) and the
-    provider, the one warning line when it is missing somewhere, and the variables in force."""
+    provider, the one warning line when it is missing somewhere, and the variables in force
+    (``applied``: the launch's decision's report: name, value, source)."""
     p = fab.plugin_expected
     lines = [f"fabric: {fab.case} (site {fab.site})"]
     missing = []

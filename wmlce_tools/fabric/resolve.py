@@ -1,17 +1,15 @@
 """A site's ``fabric:`` section -> the modules and variables of one job's case (one node or
-several, bare or in a container), each with its page; and the one rule for what a rank gets:
-a variable the user set (exported before the job, ``--export``, ``ddlrun -x``) wins."""
+several, bare or in a container), each with its page.  The launch plan (``wmlce_tools/launch``)
+takes them as it takes the profile's other values, and its one rule decides what a rank gets."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..site.fabric import FabricPlugin
 from ..site.schema import SiteProfile
 
 NODE_DIRS_VAR = "WML_NODE_DIRS"     # the rank shim makes these variables' directories on each node
-_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 @dataclass(frozen=True)
@@ -98,61 +96,6 @@ def fabric_for(site: SiteProfile, nodes: int, container: bool = False) -> Option
                      pages=tuple(pages.items()))
 
 
-def expand(value: str, env: Mapping[str, str]) -> str:
-    """``$NAME`` / ``${NAME}`` as a shell expands them (unset: empty)."""
-    return _REF.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What a rank gets for one fabric variable, and why."""
-
-    name: str
-    value: str
-    source: str          # the page, or who set it instead
-
-
-def rank_values(fab: FabricEnv, env: Mapping[str, str], given: Mapping[str, str],
-                given_by: str = "-x") -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Applied, ...]]:
-    """(variables to pass to every rank, what each fabric variable is and why).  ``env``: the
-    environment here: a value set there (by the user, or by the job script from the same
-    profile) is kept and reaches the ranks as the rest of the job's environment does, so only
-    what this adds is passed; ``given``: the variables passed explicitly (``-x``), which win."""
-    out: Dict[str, str] = {}
-    report: List[Applied] = []
-    for v in fab.values:
-        if v.name in given:
-            report.append(Applied(v.name, given[v.name], f"{given_by} {v.name} (not {v.value})"))
-            continue
-        if v.kind == "set":
-            if v.name in env:
-                note = "" if env[v.name] == expand(v.value, env) else f"; the page says {v.value}"
-                report.append(Applied(v.name, env[v.name], f"set before the launch{note}"))
-            else:
-                out[v.name] = expand(v.value, {**env, **out})
-                report.append(Applied(v.name, out[v.name], f"{v.page} (checked {v.checked})"))
-            continue
-        current = out.get(v.name, env.get(v.name, ""))
-        front = expand(v.value, env)
-        if not current.startswith(front):
-            out[v.name] = f"{front}:{current}" if current else front
-        report.append(Applied(v.name, f"{front}:...", f"{v.page} (checked {v.checked})"))
-    dirs = node_dirs_value(fab)
-    if dirs and env.get(NODE_DIRS_VAR) != dirs:
-        out[NODE_DIRS_VAR] = dirs
-    return tuple(out.items()), tuple(report)
-
-
 def node_dirs_value(fab: FabricEnv) -> str:
     """``WML_NODE_DIRS``: the variables whose directories the rank shim makes on each node."""
     return ":".join(fab.node_dirs)
-
-
-def report_lines(fab: FabricEnv, applied: Tuple[Applied, ...]) -> List[str]:
-    """The dry run's lines: the case, each module and variable with the page it came from."""
-    lines = [f"fabric (site {fab.site}): {fab.case}"]
-    lines += [f"  module {m} (the job script loads it)  <- {page}" for m, page in fab.modules]
-    lines += [f"  {a.name}={a.value}  <- {a.source}" for a in applied]
-    if fab.node_dirs:
-        lines.append(f"  made on each node before the program: {', '.join('$' + v for v in fab.node_dirs)}")
-    return lines

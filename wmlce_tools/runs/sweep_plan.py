@@ -150,21 +150,17 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
                                           f"each subjob runs {spec.per_element} trial(s) one after another")
         out = array_output(site.scheduler, plan.output) if not req.output else plan.output
         err = array_output(site.scheduler, plan.error) if not req.error and not req.output else plan.error
-        plan = dataclasses.replace(plan, output=out, error=err, exports=(*plan.exports, *only_env),
+        plan = dataclasses.replace(plan.with_exports(only_env, "the sweep's resume"), output=out, error=err,
                                    sweep=SweepLaunch(spec.directives, _deadline(plan) + launch, spec.lsf_job_name))
         return SweepPlan(mode, why, plan, trial_plan, rec, run_dir, spec.per_element, note)
     # packed: one allocation of M nodes, the trials placed on it by the trial's Layout
     lay = trial_plan.layout
     k = opts.max_running
     nodes = opts.pack or lay.nodes * (min(len(todo), k) if k else 1)
-    alloc_req = ResourceRequest(
-        nodes=nodes, walltime=req.walltime, walltime_s=req.walltime_s, queue=req.queue, project=req.project,
-        job_name=req.job_name, output=req.output, error=req.error, after=req.after, conda_env=req.conda_env,
-        modules=req.modules, exports=req.exports, alloc_flags=req.alloc_flags, stage_env=req.stage_env,
-        threads_per_core=req.threads_per_core,
-        # what the allocation asks the scheduler beside its nodes (passthrough.py: --mem, --directive, ...)
-        mem=req.mem, exclusive=req.exclusive, reservation=req.reservation, mail=req.mail, begin=req.begin,
-        constraint=req.constraint, directives=req.directives)
+    # the allocation: the trial's request (its env, modules, exports, container, what it asks the
+    # scheduler beside its nodes) on `nodes` nodes, the placement left to the allocation
+    alloc_req = dataclasses.replace(req, nodes=nodes, ranks_per_node=None, gpus_per_rank=None, ranks_per_gpu=None,
+                                    cores_per_rank=None)
     alloc_plan = plan_job(site, alloc_req, program, jobdir=jobdir, workdir=workdir, preview=preview)
     node = alloc_plan.layout.node_spec
     alloc = Allocation(nodes=nodes, gpus_per_node=node.gpus, cores_per_node=node.cores)
@@ -196,7 +192,9 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
         why += f" (--pack NODES or --max-running K for more)"
     rec = dataclasses.replace(rec, why=why)
     launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweeps.packed', str(run_dir)])} -- {ddlrun}"
-    plan = dataclasses.replace(alloc_plan, exports=(*alloc_plan.exports, *only_env),
+    # the job script loads and shows what each trial's launch needs: the trial's plan, not the allocation's
+    plan = dataclasses.replace(alloc_plan, launch=trial_plan.launch, modules=trial_plan.modules)
+    plan = dataclasses.replace(plan.with_exports(only_env, "the sweep's resume"),
                                sweep=SweepLaunch((), _deadline(alloc_plan) + launch, None,
                                                  launcher_line=sh_join(trial_plan.launcher_argv)))
     return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, rounds, note)

@@ -1,0 +1,27 @@
+"""A launch plan in words: the modules, and every variable the ranks get with where it came from
+(ddlrun's dry run, the job script's comment)."""
+from __future__ import annotations
+
+from typing import List
+
+from ..rankenv import HOST, INSIDE, Decision
+from .plan import LaunchPlan
+
+_WHERE = {HOST: " (the launcher's only)", INSIDE: " (inside the container)"}
+
+
+def env_lines(plan: LaunchPlan, decision: Decision) -> List[str]:
+    """One line per variable the plan sets (after the rule: a value set before the launch shows as
+    such), then the per-node directories; nothing for a plan that sets none."""
+    lines = []
+    fab = plan.fabric
+    if fab is not None:
+        lines.append(f"fabric (site {fab.site}): {fab.case}")
+    lines += [f"{a.name}={a.value}{_WHERE.get(a.where, '')}  <- {a.source}" for a in decision.report]
+    if fab is not None and fab.node_dirs:
+        lines.append(f"made on each node before the program: {', '.join('$' + v for v in fab.node_dirs)}")
+    return lines
+
+
+def module_lines(plan: LaunchPlan) -> List[str]:
+    return [f"  {m.line}  <- {m.source}" for m in plan.modules]
