@@ -74,8 +74,9 @@ class JobPlan:
     error: str
     modules: Tuple[str, ...]          # the modules the script loads (the launch plan's, by name)
     env_lines: Tuple[str, ...]        # conda env activation
-    exports: Tuple[Tuple[str, str], ...]   # the job's own variables: --export, a chain's contract, a sweep's
+    exports: Tuple[Tuple[str, str], ...]   # the user's: --export (and --horovod's, --lms's): ddlrun -x NAME
     launch: Optional[LaunchPlan] = None    # how the ranks start (wmlce_tools/launch): what ddlrun builds again
+    job_vars: Tuple[Tuple[str, str], ...] = ()   # the job's own: a chain's contract, a sweep's resume (exported)
     segment: Optional["Segment"] = None   # one job of a chain (wml submit --chain N)
     stage: Optional["StagePlan"] = None   # --stage-env: the env copied to node-local storage
     staged_env_lines: Tuple[str, ...] = ()   # the env activated from the staged copy ($wml_env_prefix)
@@ -85,12 +86,12 @@ class JobPlan:
     sweep: Optional["SweepLaunch"] = None    # one job of a sweep (wml sweep): its array lines, its launch
     queue_why: Optional[str] = None          # the queue wml chose (no -q, the default refused the job), and why
 
-    def with_exports(self, pairs: Sequence[Tuple[str, str]], given_by: str) -> "JobPlan":
-        """This job with more of its own variables (a chain's contract, a sweep's): exported by
-        the script, given to ddlrun with -x, so the launch plan has them too."""
+    def with_job_vars(self, pairs: Sequence[Tuple[str, str]]) -> "JobPlan":
+        """This job with more of its own variables (a chain's contract, a sweep's resume): the
+        script exports them; the ranks get those of wml's contract as the launch plan passes
+        any job variable (``launch/plan.py`` PASSED), not as values given to ddlrun."""
         names = {k for k, _ in pairs}
-        exports = (*((k, v) for k, v in self.exports if k not in names), *pairs)
-        return dataclasses.replace(self, exports=exports, launch=self.launch.with_given(pairs, given_by))
+        return dataclasses.replace(self, job_vars=(*((k, v) for k, v in self.job_vars if k not in names), *pairs))
 
     @property
     def container(self) -> Optional["ContainerLaunch"]:
@@ -216,7 +217,7 @@ class JobPlan:
         erf = ERF_PLACEHOLDER if self.site.launcher == "jsrun" and needs_erf(lay) else None
         hosts = ["localhost"] * lay.nodes if self.site.scheduler == "local" else None
         where = Where(hosts=hosts, rankfile=erf, output="direct" if lay.size == 1 else "prefixed")
-        return launch_argv(self.launch, self.launch.promised(dict(self.exports)), where)
+        return launch_argv(self.launch, self.launch.promised(), where)
 
     @property
     def rank_env_lines(self) -> List[str]:
@@ -224,7 +225,7 @@ class JobPlan:
         is set (the script's comment)."""
         from .launch.describe import env_lines
 
-        return env_lines(self.launch, self.launch.promised(dict(self.exports)))
+        return env_lines(self.launch, self.launch.promised())
 
 
 def active_env_python(environ=os.environ) -> Optional[Tuple[str, str]]:
@@ -449,7 +450,7 @@ def render_script(plan: JobPlan) -> str:
         module_lines=[m.line for m in plan.launch.modules], env_lines=plan.env_script_lines,
         staged=plan.stage is not None,
         constraint=plan.constraint,
-        exports=[(k, sh_quote(v)) for k, v in plan.exports], rank_env=plan.rank_env_lines,
+        exports=[(k, sh_quote(v)) for k, v in (*plan.exports, *plan.job_vars)], rank_env=plan.rank_env_lines,
         job_dir=sh_quote(str(plan.jobdir)),
         job_id_var=plan.scheduler.job_id_var, layout_description=lay.describe(),
         pbs_resources=_pbs_resources(plan, wall),

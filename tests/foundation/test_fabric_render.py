@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 from helpers.job_output import assert_golden, directives, promised_launch, render_job
 
-from wmlce_tools.fabric.container import container_fabric
 from wmlce_tools.fabric.resolve import fabric_for
-from wmlce_tools.fabric.script import script_lines
+from wmlce_tools.launch.describe import env_lines, module_lines
+from wmlce_tools.launch.plan import LaunchOptions, build_launch
+from wmlce_tools.layout import compile_layout
+from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
 
 GOLDEN = Path(__file__).parent / "golden" / "fabric"
@@ -38,13 +40,23 @@ CASES = {
 }
 
 
-def container_text(site: str, nodes: int) -> str:
-    """What a container job of the case gets: the script's fabric lines and the container's needs."""
+def container_plan(site: str, nodes: int, image: str = "/img/x.sif"):
+    """The launch plan of a container job of the case (a site without containers: its fabric's
+    container case as a bare plan would not show it, so the site's runtime is the only one)."""
     prof = get_site(site)
-    fab = fabric_for(prof, nodes, container=True)
-    c = container_fabric(prof, nodes)
-    return "\n".join([*script_lines(fab), f"# modules: {' '.join(c.modules)}", f"# binds: {' '.join(c.binds)}",
-                      *(f"# env: {k}={v}" for k, v in c.env), *(f"# option: {k}={v}" for k, v in c.options)]) + "\n"
+    lay = compile_layout(prof, ResourceRequest(nodes=nodes))
+    return build_launch(prof, lay, LaunchOptions(program=("python3", "x.py"), container=image, workdir="/work/proj"))
+
+
+def container_text(site: str, nodes: int) -> str:
+    """What a container job of the case gets: its modules, each variable with where it goes, the
+    container's binds and runtime switches."""
+    if get_site(site).container is None:
+        return "(no container runtime)\n"
+    plan = container_plan(site, nodes)
+    c = plan.container
+    return "\n".join([*module_lines(plan), *env_lines(plan, plan.promised()),
+                      f"# binds: {' '.join(c.extra_binds)}", *(f"# option: {k}={v}" for k, v in c.options)]) + "\n"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -58,8 +70,9 @@ def test_golden_fabric_scripts_bare_and_in_a_container(case, program):
         golden.write_text(text)
     assert text == golden.read_text()
     # every value names the page it came from, with the date it was checked there
-    for page, checked in fabric_for(get_site(site), kw["nodes"]).pages:
-        assert f"#   {page} (checked {checked})" in script
+    fab = fabric_for(get_site(site), kw["nodes"])
+    for v in fab.values:
+        assert f"{v.page} (checked {v.checked})" in script, v
 
 
 def test_frontier_follows_the_pytorch_page(program):
@@ -68,31 +81,32 @@ def test_frontier_follows_the_pytorch_page(program):
     for script in (one, four):
         mods = [l for l in script.splitlines() if l.startswith("module load")]
         assert mods[-1] == "module load rccl-net-plugin" and mods.index("module load rocm") < len(mods) - 1
-        assert '[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="kdreg2"' in script
+        assert "#   FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html" in script
         assert "memhooks" not in script and "NCCL_SOCKET_IFNAME" not in script    # superseded advice
-        assert 'export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"' in script
-    assert 'export NCCL_NET="Socket"' in one and 'export NCCL_NET="OFI"' in four
+        assert "#   MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <-" in script
+    assert "#   NCCL_NET=Socket  <-" in one and "#   NCCL_NET=OFI  <-" in four
     assert promised_launch(four)[0] == "srun"       # srun, not torchrun
-    c = container_fabric(get_site("frontier"), 4)
-    assert {"/opt/cray", "/usr/share/libdrm", "/var/spool/slurmd"} <= set(c.binds)
+    c = container_plan("frontier", 4).container
+    assert {"/opt/cray", "/usr/share/libdrm", "/var/spool/slurmd"} <= set(c.extra_binds)
 
 
 def test_polaris_aurora_perlmutter_values(program):
     _, pol = render_job("polaris", program, **CASES["polaris"][1])
-    assert ('export LD_LIBRARY_PATH="/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/'
-            '${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"') in pol
+    assert "#   LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <-" in pol
     for k, v in (("NCCL_NET", "AWS Libfabric"), ("NCCL_COLLNET_ENABLE", "1"), ("NCCL_CROSS_NIC", "1"),
                  ("NCCL_NET_GDR_LEVEL", "PHB"), ("FI_CXI_DISABLE_HOST_REGISTER", "1"),
                  ("FI_MR_CACHE_MONITOR", "userfaultfd"), ("FI_CXI_DEFAULT_CQ_SIZE", "131072")):
-        assert f'export {k}="{v}"' in pol
+        assert f"#   {k}={v}  <-" in pol
     _, aur = render_job("aurora", program, **CASES["aurora"][1])
     for k, v in (("CCL_PROCESS_LAUNCHER", "pmix"), ("CCL_ATL_TRANSPORT", "mpi"), ("CCL_KVS_MODE", "mpi"),
                  ("FI_MR_CACHE_MONITOR", "userfaultfd")):
-        assert f'export {k}="{v}"' in aur
-    assert dict(container_fabric(get_site("aurora"), 1).env)["CCL_ATL_TRANSPORT"] == "ofi"   # the one-node container example
-    assert "CCL_ATL_TRANSPORT" not in dict(container_fabric(get_site("aurora"), 2).env) or \
-        dict(container_fabric(get_site("aurora"), 2).env)["CCL_ATL_TRANSPORT"] == "mpi"
-    assert dict(container_fabric(get_site("perlmutter"), 2).options) == {"shifter.module": "gpu,nccl-plugin"}
+        assert f"#   {k}={v}  <-" in aur
+    one, two = (dict(fabric_env) for fabric_env in (
+        ((v.name, v.value) for v in fabric_for(get_site("aurora"), n, container=True).values) for n in (1, 2)))
+    assert one["CCL_ATL_TRANSPORT"] == "ofi"   # the one-node container example
+    assert two.get("CCL_ATL_TRANSPORT", "mpi") == "mpi"
+    assert dict(fabric_for(get_site("perlmutter"), 2, container=True).container_options) == \
+        {"shifter.module": "gpu,nccl-plugin"}
 
 
 def test_alps_places_four_ranks_per_node_one_per_gh200(program, run_wml):
@@ -105,37 +119,27 @@ def test_alps_places_four_ranks_per_node_one_per_gh200(program, run_wml):
     assert "#SBATCH --nodes=2" in d and "#SBATCH --ntasks-per-node=4" in d and "#SBATCH --cpus-per-task=72" in d
     argv = promised_launch(script)
     assert "--gpus-per-task=1" in argv and "--cpus-per-task=72" in argv
-    opts = dict(container_fabric(get_site("alps"), 2).options)
+    opts = dict(fabric_for(get_site("alps"), 2, container=True).container_options)
     assert opts == {"com.hooks.aws_ofi_nccl.enabled": "true", "com.hooks.aws_ofi_nccl.variant": "cuda-dl"}
-
-
-def _fabric_part(script: str) -> str:
-    lines = script.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith("# Fabric:"))
-    end = next(i for i, l in enumerate(lines) if l.startswith('echo "wml: job'))
-    return "\n".join(lines[start:end])
 
 
 @pytest.mark.parametrize("site, scheduler", [("frontier", "slurm"), ("polaris", "pbs"), ("alps", "slurm")])
 def test_a_variable_the_user_set_is_never_overwritten(site, scheduler, program):
-    """The job script's fabric lines run in bash: exported before the job (Slurm's default
-    --export=ALL, PBS's qsub -V) -> kept; --export -> wins; unset -> the page's value."""
+    """ddlrun decides each rank variable where the launch runs, by the plan's one rule: exported
+    before the job (Slurm's default --export=ALL, PBS's qsub -V) -> kept; --export -> wins; unset ->
+    the page's value."""
     kw = dict(CASES[site if site != "frontier" else "frontier-4"][1])
     plan, script = render_job(site, program, exports=(("FI_MR_CACHE_MONITOR", "mine"),), **kw)
     assert plan.site.scheduler == scheduler
-    assert "# FI_MR_CACHE_MONITOR: --export sets it" in script
-    part = _fabric_part(script)
-    show = 'printf "%s|%s|%s\\n" "${NCCL_NET-}" "$FI_MR_CACHE_MONITOR" "${NCCL_NET_GDR_LEVEL-unset}"'
-    env = {"PATH": os.environ["PATH"], "NCCL_NET_GDR_LEVEL": "user"}
-    for preset, want in (({"NCCL_NET": "user-net"}, "user-net"), ({}, None)):
-        out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{part}\n{show}"], env={**env, **preset},
-                             capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
-        net, monitor, gdr = out.stdout.strip().split("|")
-        page_net = dict((v.name, v.value) for v in fabric_for(plan.site, kw["nodes"]).values)["NCCL_NET"]
-        assert net == (want or page_net)
-        assert monitor == "mine"
-        assert gdr == "user"
+    assert "#   FI_MR_CACHE_MONITOR=mine  <- --export" in script
+    page_net = dict((v.name, v.value) for v in fabric_for(plan.site, kw["nodes"]).values)["NCCL_NET"]
+    for preset, want in (({"NCCL_NET": "user-net"}, "user-net"), ({}, page_net)):
+        environ = {"NCCL_NET_GDR_LEVEL": "user", "FI_MR_CACHE_MONITOR": "exported", **preset}
+        d = plan.launch.decide(environ)
+        got = d.launcher_env(environ)
+        assert got["NCCL_NET"] == want
+        assert got["FI_MR_CACHE_MONITOR"] == "mine"
+        assert got.get("NCCL_NET_GDR_LEVEL", "user") == "user"
 
 
 @pytest.mark.parametrize("old, new, says", [

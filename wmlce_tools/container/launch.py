@@ -158,6 +158,17 @@ class ContainerLaunch:
         return dataclasses.replace(self, extra_binds=(*self.extra_binds, *binds),
                                    options=(*self.options, *fabric.container_options))
 
+    def with_bind(self, path: str) -> "ContainerLaunch":
+        """This container with ``path`` bound in where it is, unless a bind already holds it."""
+        import dataclasses
+
+        norm = path.rstrip("/")
+        for b in (*self.spec.binds, *self.extra_binds):
+            src = Bind.parse(b).src.rstrip("/")
+            if norm == src or norm.startswith(src + "/"):
+                return self
+        return dataclasses.replace(self, extra_binds=(*self.extra_binds, path))
+
     # -- what goes in ----------------------------------------------------------------------
     def binds(self, env: Mapping[str, str] = {}) -> List[Bind]:
         out = [Bind.parse(b).expanded(env) for b in (*self.spec.binds, *self.extra_binds)]

@@ -394,14 +394,22 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     mode = _check_mode(opts.mode, layout)
     exe, flavor, tags = _launcher(site, opts, env)
     exports = _exports(opts.exports, env)
-    launch = build_launch(site, layout, LaunchOptions(program=opts.program, given=exports, container=opts.container,
-                                                      container_runtime=opts.container_runtime, workdir=os.getcwd(),
-                                                      record_dir=env.get("WML_JOB_DIR")))
+    import dataclasses
+
+    lopts = LaunchOptions(program=opts.program, given=exports, container=opts.container,
+                          container_runtime=opts.container_runtime, workdir=os.getcwd(), record_dir=env.get("WML_JOB_DIR"))
+    launch = build_launch(site, layout, lopts)
     container = launch.container
+    plugin = launch.fabric.plugin_expected if container is not None and launch.fabric is not None else None
+    if plugin is not None:     # its directory bound in and first on the library path inside (found here)
+        from ..fabric.probe import find_plugin
+
+        found = find_plugin(plugin.library, plugin.paths, launch.decide(env).launcher_env(env))
+        if found is not None:
+            launch = build_launch(site, layout, dataclasses.replace(lopts, plugin_dir=os.path.dirname(found)))
+            container = launch.container
     image_copy, note = None, None
     if container is not None:      # an image file copied to each node's local storage before the ranks
-        import dataclasses
-
         from ..container.stage import plan_copy
 
         job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"

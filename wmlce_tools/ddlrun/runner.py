@@ -201,10 +201,40 @@ def run(plan: Launch, err: TextIO = sys.stderr) -> int:
         argv = plan.command(rankfile_path=rankfile, report=token, hostfile_path=hostfile, edf_path=edf)
         err.write(f"ddlrun: {sh_join(argv)}\n")
         err.flush()
+        record_launch(plan, argv)
         return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size,
                           tags=plan.output_tags)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+LAUNCH_RECORD = "launch.json"
+
+
+def record_launch(plan: Launch, argv: List[str]) -> Optional[str]:
+    """What this launch ran, beside the ranks' records (``$WML_JOB_DIR``, a sweep trial's
+    directory): the command, the hosts, the plan, and each variable the ranks got with its
+    source.  The run report reads it; a launch with no record directory writes none, and one
+    that cannot be written is one warning line (the run goes on)."""
+    from ddl_runtime.core.jobenv import stats_dir
+
+    from ..atomic import write_json_atomic
+    from pathlib import Path
+
+    where = stats_dir(dict(plan.environ))
+    if where is None:
+        return None
+    path = Path(where).parent / LAUNCH_RECORD
+    data = {"command": argv, "hosts": list(plan.node_hosts), "mpi": plan.mpi_flavor, "started": time.time(),
+            "plan": plan.plan.as_dict(),
+            "env": [{"name": a.name, "value": a.value, "source": a.source, "where": a.where}
+                    for a in plan.decision.report]}
+    try:
+        write_json_atomic(path, data)
+    except OSError as e:
+        sys.stderr.write(f"ddlrun: warning: cannot write {path}: {e.strerror}\n")
+        return None
+    return str(path)
 
 
 def fail_grace_s(env=os.environ) -> float:

@@ -18,6 +18,10 @@ def env_lines(plan: LaunchPlan, decision: Decision) -> List[str]:
     if fab is not None:
         lines.append(f"fabric (site {fab.site}): {fab.case}")
     lines += [f"{a.name}={a.value}{_WHERE.get(a.where, '')}  <- {a.source}" for a in decision.report]
+    plugin = fab.plugin_expected if fab is not None and plan.container is not None else None
+    if plugin is not None and not any(v.source.startswith(f"{plugin.library} found") for v in plan.env):
+        lines.append(f"the network plugin {plugin.library}: its directory, found where ddlrun runs, is bound in "
+                     "and put first on LD_LIBRARY_PATH inside")
     if fab is not None and fab.node_dirs:
         lines.append(f"made on each node before the program: {', '.join('$' + v for v in fab.node_dirs)}")
     return lines

@@ -79,6 +79,7 @@ class LaunchOptions:
     workdir: str = ""                             # the ranks' working directory (a container's -w)
     sweep_params: Tuple[str, ...] = ()            # a sweep's parameter names (WML_PARAM_<NAME>)
     record_dir: Optional[str] = None              # the run record's directory ($WML_JOB_DIR)
+    plugin_dir: Optional[str] = None              # the fabric's network plugin, found where ddlrun runs
 
 
 @dataclass(frozen=True)
@@ -104,15 +105,6 @@ class LaunchPlan:
     @property
     def passed(self) -> Tuple[str, ...]:
         return tuple(v.name for v in self.env if v.kind == PASS)
-
-    def with_given(self, pairs: Sequence[Tuple[str, str]], given_by: str) -> "LaunchPlan":
-        """This plan with more variables given explicitly (a chain's contract, a sweep's): each
-        replaces an earlier given value of its name."""
-        import dataclasses
-
-        names = {k for k, _ in pairs}
-        env = tuple(v for v in self.env if not (v.rule == GIVEN and v.name in names))
-        return dataclasses.replace(self, env=(*env, *(EnvValue(k, val, given_by, rule=GIVEN) for k, val in pairs)))
 
     def decide(self, environ) -> Decision:
         """What the ranks get where the launch runs (``rankenv.py``'s one rule)."""
@@ -195,6 +187,11 @@ def _env(site: SiteProfile, layout: Layout, fabric: Optional[FabricEnv], contain
                 out.append(EnvValue(k, v, f"{page} (checked {container.spec.checked})", where=HOST))
         for v in (fabric.container_env if fabric else ()):
             out.append(EnvValue(v.name, v.value, f"{v.page} (checked {v.checked})", where=INSIDE))
+        plugin = fabric.plugin_expected if fabric is not None else None
+        if plugin is not None and opts.plugin_dir:
+            # OLCF's RCCL container example: the plugin's directory first on the library path inside
+            out.append(EnvValue("LD_LIBRARY_PATH", opts.plugin_dir, f"{plugin.library} found where ddlrun runs "
+                                f"({plugin.page})", kind=PREPEND, where=INSIDE))
     out += [EnvValue(name, "", "wml's contract: passed on when set", kind=PASS) for name in PASSED]
     out += [EnvValue(k, v, opts.given_by, rule=GIVEN) for k, v in opts.given]
     return tuple(out)
@@ -210,6 +207,8 @@ def build_launch(site: SiteProfile, layout: Layout, opts: LaunchOptions) -> Laun
     fabric = fabric_for(site, layout.nodes, container=container is not None)
     if container is not None and fabric is not None:
         container = container.with_fabric(fabric)
+        if opts.plugin_dir and fabric.plugin_expected is not None:
+            container = container.with_bind(opts.plugin_dir)
     return LaunchPlan(site=site, layout=layout, program=tuple(opts.program),
                       modules=_modules(site, fabric, container, opts.modules),
                       env=_env(site, layout, fabric, container, opts), container=container, fabric=fabric,

@@ -53,7 +53,7 @@ def segment_plan(plan: JobPlan, chain: Chain, index: int, previous: Optional[str
     error = plan.request.error or (plan.request.output if plan.request.output else err)
     contract = ((CHECKPOINT_DIR_ENV, str(chain.checkpoint_dir)), (STOP_SIGNAL_ENV, chain.signal),
                 (SEGMENT_ENV, str(index)), (CHAIN_LENGTH_ENV, str(chain.length)), (RUN_ID_ENV, chain.run_id))
-    seg = plan.with_exports(contract, "the chain (wml submit --chain)")
+    seg = plan.with_job_vars(contract)
     return replace(seg, jobdir=jobdir, output=output, error=error, segment=Segment(chain, index, previous),
                    launch=replace(seg.launch, record_dir=str(jobdir)))
 

@@ -89,6 +89,7 @@ def write_jobdir(plan: JobPlan, script: str) -> Path:
             "site": plan.site.name, "scheduler": plan.site.scheduler, "job_name": plan.request.job_name,
             "nodes": plan.layout.nodes, "ranks": plan.layout.size, "program": list(plan.program),
             "output": plan.output, "error": plan.error, "submit_command": submit_command_text(plan),
+            "launch": plan.launch.as_dict() if plan.launch is not None else None,   # how the ranks start
         }
         (tmp / "plan.json").write_text(json.dumps(meta, indent=2) + "\n")
         try:

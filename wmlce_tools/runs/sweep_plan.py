@@ -150,7 +150,7 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
                                           f"each subjob runs {spec.per_element} trial(s) one after another")
         out = array_output(site.scheduler, plan.output) if not req.output else plan.output
         err = array_output(site.scheduler, plan.error) if not req.error and not req.output else plan.error
-        plan = dataclasses.replace(plan.with_exports(only_env, "the sweep's resume"), output=out, error=err,
+        plan = dataclasses.replace(plan.with_job_vars(only_env), output=out, error=err,
                                    sweep=SweepLaunch(spec.directives, _deadline(plan) + launch, spec.lsf_job_name))
         return SweepPlan(mode, why, plan, trial_plan, rec, run_dir, spec.per_element, note)
     # packed: one allocation of M nodes, the trials placed on it by the trial's Layout
@@ -194,7 +194,7 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     launch = f"{sh_join([sys.executable, '-m', 'wmlce_tools.sweeps.packed', str(run_dir)])} -- {ddlrun}"
     # the job script loads and shows what each trial's launch needs: the trial's plan, not the allocation's
     plan = dataclasses.replace(alloc_plan, launch=trial_plan.launch, modules=trial_plan.modules)
-    plan = dataclasses.replace(plan.with_exports(only_env, "the sweep's resume"),
+    plan = dataclasses.replace(plan.with_job_vars(only_env),
                                sweep=SweepLaunch((), _deadline(alloc_plan) + launch, None,
                                                  launcher_line=sh_join(trial_plan.launcher_argv)))
     return SweepPlan("packed", why, plan, trial_plan, rec, run_dir, rounds, note)

@@ -13,24 +13,25 @@
 set -euo pipefail
 
 # 8 ranks on 2 node(s), 4 per node, 1 GPU(s), 72 core(s) x 1 hw thread(s) per rank
-# Fabric: nccl on 2 node(s), bare (site alps): each variable below is kept when it is already set
-#   https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-[ -n "${NCCL_NET+set}" ] || export NCCL_NET="AWS Libfabric"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${NCCL_NET_GDR_LEVEL+set}" ] || export NCCL_NET_GDR_LEVEL="PHB"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${NCCL_CROSS_NIC+set}" ] || export NCCL_CROSS_NIC="1"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${NCCL_PROTO+set}" ] || export NCCL_PROTO="^LL128"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${FI_CXI_DEFAULT_CQ_SIZE+set}" ] || export FI_CXI_DEFAULT_CQ_SIZE="131072"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${FI_CXI_DEFAULT_TX_SIZE+set}" ] || export FI_CXI_DEFAULT_TX_SIZE="16384"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${FI_CXI_DISABLE_HOST_REGISTER+set}" ] || export FI_CXI_DISABLE_HOST_REGISTER="1"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${FI_CXI_RX_MATCH_MODE+set}" ] || export FI_CXI_RX_MATCH_MODE="software"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.cscs.ch/software/communication/nccl/
-[ -n "${MPICH_GPU_SUPPORT_ENABLED+set}" ] || export MPICH_GPU_SUPPORT_ENABLED="0"    # https://docs.cscs.ch/software/communication/nccl/
-export OMP_NUM_THREADS=72
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site alps): nccl on 2 node(s), bare
+#   OMP_NUM_THREADS=72  <- the layout (72 hw thread(s) per rank)
+#   NCCL_NET=AWS Libfabric  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   NCCL_NET_GDR_LEVEL=PHB  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   NCCL_CROSS_NIC=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   NCCL_PROTO=^LL128  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   FI_CXI_DEFAULT_TX_SIZE=16384  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   FI_CXI_RX_MATCH_MODE=software  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#   MPICH_GPU_SUPPORT_ENABLED=0  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=72 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
+#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=72 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} -m wmlce_tools.ddlrun.rankexec --size 8 --ranks-per-node 4 --binding per-rank --gpus '0;1;2;3' --gpu-env CUDA_VISIBLE_DEVICES --mode p:4x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site alps -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 72 --threads-per-core 1 --mode p:4x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site alps -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 72 --threads-per-core 1 --mode p:4x2x1x1 -- {python} /work/proj/train.py --epochs 3
