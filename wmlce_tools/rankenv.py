@@ -153,7 +153,8 @@ def decide(values: Iterable[EnvValue], environ: Mapping[str, str],
         if v.kind == SET:
             if already is not None:
                 page = _value(v, scope, symbolic)
-                note = "" if already == page else f"; {v.source} says {v.value}"
+                says = "the page" if v.source.startswith("http") else v.source
+                note = "" if already == page else f"; {says} says {v.value}"
                 report.append(Applied(v.name, already, f"set before the launch{note}", v.where))
                 if v.where != INSIDE:
                     names.setdefault(v.name, None)

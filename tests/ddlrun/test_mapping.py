@@ -11,6 +11,7 @@ import pytest
 from wmlce_tools.ddlrun.rankexec import RankSettings, ShimError, parse_gpus, rank_environment
 from wmlce_tools.ddlrun.rankfile import jsrun_erf, openmpi_rankfile, ranges
 from wmlce_tools.jobscript import plan_job
+from wmlce_tools.launch.command import MASTER_PLACEHOLDER
 from wmlce_tools.layout import compile_layout
 from wmlce_tools.resources import ResourceRequest
 from wmlce_tools.site.registry import get_site
@@ -89,6 +90,9 @@ def test_local_openmpi_rankfile(ddlrun):
     assert "#   rank 0=localhost slot=0-1" in r.stdout
     launch, _, _ = split(ddlrun("--site", "fakegpu", "--mpiexec", openmpi_mpiexec(), "-n", "2", "-x", "A=1",
                                 "--dry-run", "python", "x.py"))
+    at = launch.index("PYTHONUNBUFFERED=1")     # set in the tests' environment: Open MPI is told to pass it on
+    assert launch[at - 1] == "-x"
+    del launch[at - 1:at + 1]
     assert launch[1:] == ["-n", "2", "--map-by", "slot", "--bind-to", "core", "-x", "A=1", "--tag-output"]
 
 
@@ -112,10 +116,13 @@ def test_job_script_and_ddlrun_agree(ddlrun, isolated_env, site_dir, monkeypatch
     exported = dict(plan.exports)          # the script exports these before it calls ddlrun
     r = ddlrun(*args[:args.index("--")], "--dry-run", *args[args.index("--"):], env={**env, **exported})
     launch, shim, program = split(r)
-    promised = plan.launcher_argv[:-len(plan.program)]
+    argv = shlex.split(r.stdout.splitlines()[0])
+    # the script's line is the launch plan's one assembly: the shim and the program included, only
+    # the rendezvous (from the job id) left to the allocation
+    promised = [shim["--master"] if a == MASTER_PLACEHOLDER else a for a in plan.launcher_argv]
     if plan.site.launcher == "mpiexec":
-        launch, promised = launch[1:], promised[1:]      # ddlrun names the mpiexec it found
-    assert launch == promised
+        argv, promised = argv[1:], promised[1:]      # ddlrun names the mpiexec it found
+    assert argv == promised
     assert program == list(plan.program)
     assert shim["--mode"] == plan.layout.mode and int(shim["--size"]) == plan.layout.size
 

@@ -81,10 +81,10 @@ def test_frontier_follows_the_pytorch_page(program):
     for script in (one, four):
         mods = [l for l in script.splitlines() if l.startswith("module load")]
         assert mods[-1] == "module load rccl-net-plugin" and mods.index("module load rocm") < len(mods) - 1
-        assert "#   FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html" in script
+        assert "#     FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html" in script
         assert "memhooks" not in script and "NCCL_SOCKET_IFNAME" not in script    # superseded advice
-        assert "#   MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <-" in script
-    assert "#   NCCL_NET=Socket  <-" in one and "#   NCCL_NET=OFI  <-" in four
+        assert "#     MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <-" in script
+    assert "#     NCCL_NET=Socket  <-" in one and "#     NCCL_NET=OFI  <-" in four
     assert promised_launch(four)[0] == "srun"       # srun, not torchrun
     c = container_plan("frontier", 4).container
     assert {"/opt/cray", "/usr/share/libdrm", "/var/spool/slurmd"} <= set(c.extra_binds)
@@ -92,15 +92,15 @@ def test_frontier_follows_the_pytorch_page(program):
 
 def test_polaris_aurora_perlmutter_values(program):
     _, pol = render_job("polaris", program, **CASES["polaris"][1])
-    assert "#   LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <-" in pol
+    assert "#     LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <-" in pol
     for k, v in (("NCCL_NET", "AWS Libfabric"), ("NCCL_COLLNET_ENABLE", "1"), ("NCCL_CROSS_NIC", "1"),
                  ("NCCL_NET_GDR_LEVEL", "PHB"), ("FI_CXI_DISABLE_HOST_REGISTER", "1"),
                  ("FI_MR_CACHE_MONITOR", "userfaultfd"), ("FI_CXI_DEFAULT_CQ_SIZE", "131072")):
-        assert f"#   {k}={v}  <-" in pol
+        assert f"#     {k}={v}  <-" in pol
     _, aur = render_job("aurora", program, **CASES["aurora"][1])
     for k, v in (("CCL_PROCESS_LAUNCHER", "pmix"), ("CCL_ATL_TRANSPORT", "mpi"), ("CCL_KVS_MODE", "mpi"),
                  ("FI_MR_CACHE_MONITOR", "userfaultfd")):
-        assert f"#   {k}={v}  <-" in aur
+        assert f"#     {k}={v}  <-" in aur
     one, two = (dict(fabric_env) for fabric_env in (
         ((v.name, v.value) for v in fabric_for(get_site("aurora"), n, container=True).values) for n in (1, 2)))
     assert one["CCL_ATL_TRANSPORT"] == "ofi"   # the one-node container example
@@ -131,7 +131,7 @@ def test_a_variable_the_user_set_is_never_overwritten(site, scheduler, program):
     kw = dict(CASES[site if site != "frontier" else "frontier-4"][1])
     plan, script = render_job(site, program, exports=(("FI_MR_CACHE_MONITOR", "mine"),), **kw)
     assert plan.site.scheduler == scheduler
-    assert "#   FI_MR_CACHE_MONITOR=mine  <- --export" in script
+    assert "#     FI_MR_CACHE_MONITOR=mine  <- --export" in script
     page_net = dict((v.name, v.value) for v in fabric_for(plan.site, kw["nodes"]).values)["NCCL_NET"]
     for preset, want in (({"NCCL_NET": "user-net"}, "user-net"), ({}, page_net)):
         environ = {"NCCL_NET_GDR_LEVEL": "user", "FI_MR_CACHE_MONITOR": "exported", **preset}

@@ -105,7 +105,7 @@ def _trial(argv: List[str]) -> List[str]:
 def test_every_path_loads_gives_and_launches_the_same(case, tmp_path):
     paths = _paths(case, tmp_path)
     want_modules, want_table, want_launch = _parts(paths["job script"])
-    assert "#   MY_SETTING=from --export  <- --export" in want_table
+    assert "#     MY_SETTING=from --export  <- --export" in want_table
     for name, script in paths.items():
         modules, table, launch = _parts(script)
         assert modules == want_modules, name

@@ -173,6 +173,7 @@ def dry_run_text(plan: Launch) -> str:
                      f"({first!r} .. {last!r}), written at launch and removed when ddlrun exits")
     from ..launch.describe import env_lines
 
+    lines += [f"# {m.line} (the job script loads it)  <- {m.source}" for m in plan.plan.modules]
     lines += [f"# {line}" for line in env_lines(plan.plan, plan.decision)]
     return "\n".join(lines) + "\n"
 

@@ -18,17 +18,17 @@ export WML_JOB_DIR=/jobs/j1
 # ddlrun gives every rank these variables, each from the page or setting named (a value already
 # set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
 #   fabric (site alps): nccl on 2 node(s), bare
-#   OMP_NUM_THREADS=72  <- the layout (72 hw thread(s) per rank)
-#   NCCL_NET=AWS Libfabric  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   NCCL_NET_GDR_LEVEL=PHB  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   NCCL_CROSS_NIC=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   NCCL_PROTO=^LL128  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   FI_CXI_DEFAULT_TX_SIZE=16384  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   FI_CXI_RX_MATCH_MODE=software  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
-#   MPICH_GPU_SUPPORT_ENABLED=0  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     OMP_NUM_THREADS=72  <- the layout (72 hw thread(s) per rank)
+#     NCCL_NET=AWS Libfabric  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     NCCL_NET_GDR_LEVEL=PHB  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     NCCL_CROSS_NIC=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     NCCL_PROTO=^LL128  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     FI_CXI_DEFAULT_TX_SIZE=16384  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     FI_CXI_RX_MATCH_MODE=software  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
+#     MPICH_GPU_SUPPORT_ENABLED=0  <- https://docs.cscs.ch/software/communication/nccl/ (checked 2026-08-20)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -22,11 +22,11 @@ export WML_JOB_DIR=/jobs/j1
 # ddlrun gives every rank these variables, each from the page or setting named (a value already
 # set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
 #   fabric (site aurora): oneccl on 2 node(s), bare
-#   OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
-#   CCL_PROCESS_LAUNCHER=pmix  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
-#   CCL_ATL_TRANSPORT=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
-#   CCL_KVS_MODE=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
-#   FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
+#     CCL_PROCESS_LAUNCHER=pmix  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_ATL_TRANSPORT=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_KVS_MODE=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -26,13 +26,13 @@ export WML_JOB_DIR=/jobs/j1
 # ddlrun gives every rank these variables, each from the page or setting named (a value already
 # set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
 #   fabric (site frontier): rccl on 1 node(s), bare
-#   OMP_NUM_THREADS=7  <- the layout (7 hw thread(s) per rank)
-#   FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
-#   MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
-#   MIOPEN_CUSTOM_CACHE_DIR=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
-#   NCCL_NET=Socket  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
-#   WML_NODE_DIRS=MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR  <- wml: the directories the rank shim makes on each node
-#   made on each node before the program: $MIOPEN_USER_DB_PATH, $MIOPEN_CUSTOM_CACHE_DIR
+#     OMP_NUM_THREADS=7  <- the layout (7 hw thread(s) per rank)
+#     FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     MIOPEN_CUSTOM_CACHE_DIR=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     NCCL_NET=Socket  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     WML_NODE_DIRS=MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR  <- wml: the directories the rank shim makes on each node
+#     made on each node before the program: $MIOPEN_USER_DB_PATH, $MIOPEN_CUSTOM_CACHE_DIR
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

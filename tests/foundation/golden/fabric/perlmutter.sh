@@ -20,8 +20,8 @@ export WML_JOB_DIR=/jobs/j1
 # ddlrun gives every rank these variables, each from the page or setting named (a value already
 # set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
 #   fabric (site perlmutter): nccl on 2 node(s), bare
-#   OMP_NUM_THREADS=32  <- the layout (32 hw thread(s) per rank)
-#   FI_MR_CACHE_MONITOR=userfaultfd  <- https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
+#     OMP_NUM_THREADS=32  <- the layout (32 hw thread(s) per rank)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:

@@ -18,15 +18,15 @@ export WML_JOB_DIR=/jobs/j1
 # ddlrun gives every rank these variables, each from the page or setting named (a value already
 # set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
 #   fabric (site polaris): nccl on 2 node(s), bare
-#   OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
-#   NCCL_NET_GDR_LEVEL=PHB  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   NCCL_CROSS_NIC=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   NCCL_COLLNET_ENABLE=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   NCCL_NET=AWS Libfabric  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-#   LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
+#     NCCL_NET_GDR_LEVEL=PHB  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_CROSS_NIC=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_COLLNET_ENABLE=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_NET=AWS Libfabric  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
