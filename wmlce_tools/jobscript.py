@@ -189,6 +189,7 @@ class JobPlan:
             argv += ["-x", key]
         if self.container is not None:
             argv += ["--container", self.container.image, "--container-runtime", self.container.runtime]
+            argv += ["--stage-image", self.request.stage_image] if self.request.stage_image else []
         elif self.site.container is not None and self.site.container.image is not None:
             argv += ["--container", "none"]      # not the site's default image
         return argv + ["--", *self.program]
@@ -359,6 +360,8 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         from .container.check import check_image_here
 
         check_image_here(container)
+    from .container.check import check_job_options      # issue 60: --stage-image, --env with a container
+    check_job_options(container, req.stage_image, req.conda_env)
     has_env = bool(req.conda_env or modules or container)
     python = job_python(site, req, modules) if container is None else \
         (container.spec.python, f"the python of the image {container.image}")

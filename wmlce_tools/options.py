@@ -60,6 +60,7 @@ class JobOptions:
     signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, 5m, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
     container: Annotated[Optional[str], typer.Option("--container", metavar="IMAGE", help="Run each rank in this image with the site's container runtime (its profile's container: section: Shifter, Apptainer, podman-hpc, pyxis, the CSCS Container Engine, Charliecloud, podman), one container per rank started by the site's launcher; wml's rank shim is bound in read-only; 'none': no container, not even the site's default image.")] = None
     container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", metavar="NAME", help="With --container: which of the site's runtimes (default: its container.runtime; Perlmutter: shifter or podman-hpc).")] = None
+    stage_image: Annotated[Optional[str], typer.Option("--stage-image", metavar="on|off", help="With --container: copy the image file (.sif, SquashFS) to each node's local storage (the site's stage_env place) once before any rank starts and run the ranks from the copy, removed at the end when no job uses it; off: read it where it is (default: the site's container.stage).")] = None
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
 
     mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem= (LSF and Cobalt jobs get whole nodes: refused).")] = None
@@ -201,7 +202,7 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
         gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, container=opts.container,
-        container_runtime=opts.container_runtime, mem=opts.mem, exclusive=opts.exclusive,
+        container_runtime=opts.container_runtime, stage_image=opts.stage_image, mem=opts.mem, exclusive=opts.exclusive,
         reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
         directives=tuple(opts.directive or ())), walltime_s
 

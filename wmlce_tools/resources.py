@@ -38,6 +38,7 @@ class ResourceRequest:
     stage_env: Optional[str] = None           # on | auto | off (--stage-env[=auto]); default the site's
     container: Optional[str] = None           # --container IMAGE (none: no container); default the site's image
     container_runtime: Optional[str] = None   # one of the site's container runtimes; default its own
+    stage_image: Optional[str] = None         # on | off: the image file copied to node-local storage (default the site's)
     # passed to the scheduler in its own spelling (passthrough.py)
     mem: Optional[str] = None                 # per node: 64G
     exclusive: bool = False
@@ -74,6 +75,8 @@ class ResourceRequest:
             raise WmlError(f"--gpu-binding {self.gpu_binding!r}: expected per-rank or local-rank")
         if self.stage_env not in (None, "on", "auto", "off"):
             raise WmlError(f"--stage-env={self.stage_env}: expected --stage-env, --stage-env=auto or --stage-env=off")
+        if self.stage_image not in (None, "on", "off"):
+            raise WmlError(f"--stage-image {self.stage_image!r}: give on or off")
         if self.after is not None and not re.match(r"^[A-Za-z0-9_.\[\]-]+$", self.after):
             raise WmlError(f"--after {self.after!r}: not a job id")
 

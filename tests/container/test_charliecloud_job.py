@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from helpers.missing import skip_unless_ci
 
+from wmlce_tools.container.charliecloud import wml_dir
+
 CACHE = Path(tempfile.gettempdir()) / "wml-test-images"
 MARKER = "only-in-the-wml-test-image"
 
@@ -146,7 +148,8 @@ def test_two_ranks_run_in_the_image(job, debian_image, tmp_path):
     for p in ranks:
         assert p["marker"] == MARKER and "bookworm" in p["os"]
         assert p["python"] == "/usr/bin/python3" and p["arg"] == ["a b"]
-    assert f"ch-run -b " in log and f" {debian_image} -- env PYTHONPATH=/opt/wml python3 -m wmlce_tools.ddlrun.rankexec" in log
+    assert "ch-run --unset-env=PYTHONHOME " in log      # the image's environment, not the host's PATH
+    assert f" {debian_image} -- env PYTHONPATH={wml_dir()} python3 -m wmlce_tools.ddlrun.rankexec" in log
 
 
 def test_image_without_torch_fails_before_any_rank(job, debian_image, tmp_path):
@@ -251,8 +254,10 @@ def test_ddlrun_check_container(job, debian_image, tmp_path, isolated_env):
                                      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     ok = run(str(debian_image))
     assert ok.returncode == 0 and "(charliecloud): ready on 1 node(s)" in ok.stderr, ok.stderr
+    assert ok.stderr.strip().splitlines()[-1] == "ddlrun: check passed"     # after the container's check
     bad = run(str(tmp_path / "nope"))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(f"the image {tmp_path}/nope does not exist")
+    assert "check passed" not in bad.stderr          # issue 60: not before the container's error
 
 
 def test_image_mpi_other_than_the_launchers_is_one_line(job, mpi_image, tmp_path):

@@ -49,7 +49,8 @@ def test_perlmutter_podman_hpc(run_wml, tmp_path):
     script = dry(run_wml, "--site", "perlmutter", "--container", "nersc/pytorch:25.02.01",
                  "--container-runtime", "podman-hpc", "--export", "FOO=1")
     line = launch_line(script)
-    assert "--kill-on-bad-exit=1 podman-hpc run --rm --mpi --gpu " in line
+    # ... and --nccl: the NCCL plugin module for Slingshot 11 (podman-hpc's etc/modules.d/nccl.yaml, issue 60)
+    assert "--kill-on-bad-exit=1 podman-hpc run --rm --mpi --gpu --nccl " in line
     assert " -e FOO " in line and " -e OMP_NUM_THREADS " in line and " -e WML_STOP_SIGNAL " in line
     v = " ".join(f"-v {b}" for b in BINDS_RO.split())
     assert line.endswith(f"{v} -v {tmp_path}:{tmp_path} -w {tmp_path} nersc/pytorch:25.02.01 "
@@ -76,7 +77,10 @@ def test_polaris_apptainer(run_wml):
     # ALCF "Containers on Polaris": cray-mpich-abi, APPTAINERENV_LD_LIBRARY_PATH with the Cray
     # libraries (expanded in the job), mpiexec ... apptainer exec --fakeroot -B /opt -B /var/run/palsd/
     script = dry(run_wml, "--site", "polaris", "--container", "/eagle/p/pt.sif")
-    assert "module use /soft/modulefiles\n" in script and "module load cray-mpich-abi\n" in script
+    # the page's set-up (ml use /soft/modulefiles; ml spack-pe-base; ml apptainer), cray-mpich-abi once (issue 60)
+    assert ("module use /soft/modulefiles\nmodule load spack-pe-base\nmodule load apptainer\n"
+            "module load cray-mpich-abi\n") in script
+    assert script.count("module load cray-mpich-abi") == 1 and "0.8.1" not in script and "e2fsprogs" not in script
     assert ('export APPTAINERENV_LD_LIBRARY_PATH="$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:'
             '/opt/cray/pe/pals/1.2.12/lib"\n') in script
     b = " ".join(f"-B {x}" for x in BINDS_RO.split())
@@ -84,6 +88,45 @@ def test_polaris_apptainer(run_wml):
         "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 apptainer exec --fakeroot --nv "
         # the fabric's bind (issue 50: aws-ofi-nccl under /soft/libraries), then wml's
         f"-B /opt -B /var/run/palsd/ -B /soft/libraries {b} /eagle/p/pt.sif env PYTHONPATH=/opt/wml python train.py")
+
+
+def test_aurora_apptainer(run_wml):
+    # ALCF "Containers on Aurora": module load apptainer; its DDP example's ranks run
+    # `mpiexec ... apptainer exec ... IMAGE CMD` (no --fakeroot); one node: the fabric's TCP case
+    # binds the host's libpmix in (issue 60: Aurora had no container section)
+    script = dry(run_wml, "--site", "aurora", "-q", "debug-scaling", "--container", "/lus/flare/p/pt.sif")
+    assert "module load apptainer\n" in script
+    b = " ".join(f"-B {x}" for x in BINDS_RO.split())
+    line = launch_line(script)
+    assert line.startswith("mpiexec -n 24 --ppn 12 ") and "--fakeroot" not in line
+    assert line.endswith(f"apptainer exec {b} /lus/flare/p/pt.sif env PYTHONPATH=/opt/wml python train.py")
+    one = run_wml("submit", "--dry-run", "-A", "m1", "-N", "1", "-q", "debug", "--site", "aurora",
+                  "--container", "/lus/flare/p/pt.sif", "python", "train.py")
+    assert one.returncode == 0, one.stderr
+    assert "apptainer exec -B /usr/lib64/libpmix.so.2:/hostlib/libpmix.so.2 " in launch_line(one.stdout)
+
+
+def test_alps_container_engine(run_wml, isolated_env, tmp_path):
+    # CSCS "Container Engine" / "EDF reference": srun --environment=EDF, the EDF's image in its own
+    # form [USER@][REGISTRY#]IMAGE[:TAG]; "PyTorch": mounts /capstor and /iopsstor, ranks run python
+    script = dry(run_wml, "--site", "alps", "--container", "nvcr.io#nvidia/pytorch:25.06-py3")
+    assert launch_line(script).startswith("srun -N 2 -n 8 ")
+    assert " '--environment=<EDF written by ddlrun>' env PYTHONPATH=/opt/wml python train.py" in launch_line(script)
+    assert "--container 'nvcr.io#nvidia/pytorch:25.06-py3' --container-runtime container-engine" in script
+    out = subprocess.run([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "--site", "alps", "-H", "nid1,nid2",
+                          "--container", "nvcr.io#nvidia/pytorch:25.06-py3", "--dry-run", "--", "python", "train.py"],
+                         cwd=tmp_path, env=isolated_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '#   image = "nvcr.io#nvidia/pytorch:25.06-py3"' in out.stdout
+    assert '#   mounts = ["/capstor:/capstor", "/iopsstor:/iopsstor", ' in out.stdout
+
+
+def test_local_podman_passes_no_host_path(run_wml, tmp_path):
+    # podman's --env-host would put the host's PATH over the image's ENV (podman-run(1): the host's
+    # environment comes after the image's): the launchers' and wml's variables go in by prefix
+    script = dry(run_wml, "--container", "localhost/img", "--container-runtime", "podman")
+    line = launch_line(script)
+    assert "--env-host" not in line and " -e 'OMPI_*' -e 'PMIX_*' -e 'PMI_*' " in line and " -e 'WML_*' " in line
 
 
 def test_slurm_pyxis(run_wml, tmp_path):
@@ -148,8 +191,8 @@ def test_ddlrun_and_script_agree(run_wml, isolated_env, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--site", "aurora", "--container", "x.sif"],
-     "--container: site aurora has no container runtime (its profile has no container: section)"),
+    (["--site", "theta", "--container", "x.sif"],
+     "--container: site theta has no container runtime (its profile has no container: section)"),
     (["--site", "frontier", "--container", "x.sif", "--container-runtime", "shifter"],
      "--container-runtime 'shifter': site frontier offers apptainer"),
     (["--site", "perlmutter", "--container", "-v /etc:/x"], "not an image name for shifter on perlmutter"),

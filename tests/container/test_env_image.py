@@ -129,10 +129,23 @@ def test_build_with_ch_image_and_run_it(ch_storage, tmp_path):
                   cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stderr + (tmp_path / "tiny-image/build.log").read_text()[-2000:]
         assert f"wml: building tiny with ch-image (" in out.stderr and f"wml: built {tag} (ch-image)" in out.stderr
+        # the last line says how to run it (issue 60)
+        assert out.stderr.strip().splitlines()[-1].startswith(f"wml: run it: wml submit --container {tag} PROGRAM "
+                                                              f"(Charliecloud: ch-run finds it in ch-image's storage {ch_storage};")
         run = subprocess.run(["ch-run", "--set-env", tag, "--", "python3", "-c",      # the image's ENV PATH
                               "import six, os; print(six.__file__, os.path.isdir('/opt/wml/ddl_runtime'))"],
                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
         assert run.stdout.split() == ["/opt/env/lib/python3.11/site-packages/six.py", "True"], run.stderr
+        # ... and so it runs: two ranks in the image by its name in ch-image's storage, each with the
+        # image's environment (its PATH: /opt/env/bin's python, which has six), not the host's
+        (tmp_path / "uses_six.py").write_text("import six, sys\nprint('SIX', six.__file__, sys.prefix, flush=True)\n")
+        job = subprocess.run([sys.executable, "-m", "wmlce_tools", "submit", "--nodes", "2", "--container", tag,
+                              "uses_six.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **env, "WML_JOBS_DIR": str(tmp_path / "wml-jobs")})
+        log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
+        assert job.returncode == 0, log
+        six = sorted(l.split("SIX ", 1)[1] for l in log.splitlines() if "SIX /" in l)
+        assert six == ["/opt/env/lib/python3.11/site-packages/six.py /opt/env"] * 2, log
     finally:
         subprocess.run(["/usr/bin/python3", shutil.which("ch-image"), "-s", str(ch_storage), "delete", tag],
                        capture_output=True, timeout=120, env={**os.environ, **env})

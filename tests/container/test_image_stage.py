@@ -14,6 +14,8 @@ import sys
 import pytest
 from helpers.missing import skip_unless_ci
 
+from wmlce_tools.container.charliecloud import wml_dir
+
 from .test_charliecloud_job import CACHE, MARKER, debian_image  # noqa: F401  (the fixture)
 
 PROBE = """\
@@ -70,9 +72,11 @@ def test_ranks_run_from_the_node_local_copy_removed_at_the_end(ddlrun, squash_im
     copy = ranks[0]["copies"]
     assert len(copy) == 1 and copy[0].startswith("wml-image-bookworm-python3-") and copy[0].endswith(".sqfs")
     assert all(p["copies"] == copy and p["marker"] == MARKER for p in ranks)   # one copy for the host's nodes
-    assert f" {local}/{copy[0]} -- env PYTHONPATH=/opt/wml python3 -m wmlce_tools.ddlrun.rankexec" in out.stderr
+    # wml's packages reach the image through mount points under ch-run's /tmp (the image has none of wml's)
+    assert f" {local}/{copy[0]} -- env PYTHONPATH={wml_dir()} python3 -m wmlce_tools.ddlrun.rankexec" in out.stderr
     assert f"the image {squash_image} is copied to {local}/{copy[0]} on each node" in out.stderr
     assert not list(local.glob("wml-image-*")) and not list(local.glob(".wml-image-*.wml-tmp-*"))   # removed
+    assert os.listdir(local) == []      # nor its lock file, nor the users' directory (issue 60)
 
 
 def test_a_copy_another_job_uses_is_kept_and_a_complete_copy_reused(ddlrun, squash_image, tmp_path):
@@ -130,3 +134,61 @@ def test_submit_on_a_site_that_stages_images(run_wml, squash_image, debian_image
     ranks = probes(log)
     assert len(ranks) == 2 and all(p["marker"] == MARKER and len(p["copies"]) == 1 for p in ranks)
     assert not list(local.glob("wml-image-*"))                          # removed at the end
+    assert not list(local.glob(".wml-image-*"))                         # and its lock file
+
+
+def test_submit_and_sweep_take_stage_image(run_wml, squash_image, debian_image, tmp_path):
+    """`wml submit`/`wml sweep` have ddlrun's --stage-image (issue 60): off reads the image where
+    it is though the local site copies image files; the job script hands it to ddlrun."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    local = tmp_path / "local"
+    env = {"USER": os.environ.get("USER") or "root", "WML_STAGE_PLACE": str(local)}
+    out = run_wml("submit", "--stage-image", "off", "--container", str(squash_image), "-N", "2", "probe.py",
+                  str(tmp_path), env=env, timeout=180)
+    assert out.returncode == 0, out.stderr
+    log = next((tmp_path / "wml-jobs").glob("*/output.log")).read_text()
+    ranks = probes(log)
+    assert len(ranks) == 2 and all(p["marker"] == MARKER and p["copies"] == [] for p in ranks), log
+    assert "is copied to" not in log and not local.exists()
+    script = next((tmp_path / "wml-jobs").glob("*/job.sh")).read_text()
+    assert f"--stage-image off -- python3 {tmp_path}/probe.py" in script
+    sweep = run_wml("sweep", "--dry-run", "--stage-image", "on", "--container", str(squash_image),
+                    "--param", "x=1,2", "probe.py", "{x}", env=env)
+    assert sweep.returncode == 0, sweep.stderr
+    assert "--stage-image on --" in sweep.stdout
+    bad = run_wml("submit", "--stage-image", "on", "probe.py", env=env)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "wml: error: --stage-image on goes with --container IMAGE (the image file is what is copied)"]
+
+
+def test_a_removed_lock_file_still_locks(tmp_path):
+    """The last user removes the lock file while holding it (no `.wml-image-*.lock` stays behind);
+    a job that was waiting for that file then locks the file now at the path, so it and a job
+    arriving later never hold the lock at once."""
+    import threading
+    import time
+
+    from wmlce_tools.locks import file_lock
+
+    path = tmp_path / ".wml-image-x.lock"
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def hold(seconds):
+        with file_lock(path, "test", timeout_s=30):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(seconds)
+            with lock:
+                inside[0] -= 1
+
+    with file_lock(path, "test") as held:
+        waiter = threading.Thread(target=hold, args=(0.5,))
+        waiter.start()
+        time.sleep(0.5)                 # the waiter now waits on this file
+        held.remove_file = True
+    assert waiter.is_alive()
+    time.sleep(0.3)                     # the waiter has the lock (on the file at the path, made anew)
+    hold(0.2)                           # a later job: after the waiter, not beside it
+    waiter.join(10)
+    assert most[0] == 1

@@ -17,6 +17,7 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence
 
 from ..errors import WmlError
+from ..quoting import sh_join
 from .launch import EXECUTABLES, ContainerLaunch, is_path_image
 
 PROBE_TIMEOUT_S = 120.0
@@ -115,16 +116,34 @@ def check_container(cont: ContainerLaunch, program: Sequence[str], env: Mapping[
             raise WmlError(f"{where}: the image {cont.image} does not exist")
         if not os.access(cont.image, os.R_OK):
             raise WmlError(f"{where}: the image {cont.image} is not readable")
+    if cont.runtime == "charliecloud":
+        _charliecloud(cont, env, where)
     for b in cont.binds(env):
         if not os.path.exists(b.src):
             raise WmlError(f"{where}: bind source {b.src} does not exist on this node")
-        if cont.runtime == "charliecloud" and os.path.isdir(cont.image) \
-                and not os.path.isdir(os.path.join(cont.image, b.dst.lstrip("/"))):
-            raise WmlError(f"{where}: the image has no directory {b.dst} to bind {b.src} onto "
-                           f"(ch-run mounts only onto directories the image has: mkdir it in the image)")
     if exe is None:          # pyxis, Container Engine: srun makes the container; nothing to run here
         return
     _probe(cont, program, env, where, launcher_mpi, decision)
+
+
+def _charliecloud(cont: ContainerLaunch, env: Mapping[str, str], where: str) -> None:
+    """ch-run's needs on this node: $USER, the image, and a directory for every bind: wml makes
+    the ones under ch-run's /tmp (a directory of the host's), the image must have the others."""
+    from . import charliecloud
+
+    why = charliecloud.check_image_here(cont.image, cont.spec.flags, env)
+    if why is not None:
+        raise WmlError(f"{where}: {why}")
+    tmp = charliecloud.shared_tmp(cont.spec.flags, env)
+    charliecloud.make_mount_points(cont.mount_points(env))
+    root = charliecloud.image_root(cont.image, cont.spec.flags, env)
+    if root is None:           # a SquashFS file: ch-run says which destination it lacks
+        return
+    for b in cont.binds(env):
+        if charliecloud.host_mount_point(b.dst, tmp) is None and not (root / b.dst.lstrip("/")).is_dir():
+            raise WmlError(f"{where}: the image has no directory {b.dst} to bind {b.src} onto (ch-run mounts "
+                           f"only onto directories that exist: {sh_join(['mkdir', '-p', str(root / b.dst.lstrip('/'))])}, "
+                           f"or work from a directory under /tmp)")
 
 
 def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str], where: str,
@@ -173,7 +192,30 @@ def _probe(cont: ContainerLaunch, program: Sequence[str], env: Mapping[str, str]
                        f"(python {data['python']} in the image)")
 
 
-def check_image_here(cont: ContainerLaunch) -> None:
-    """A job of the local site, at submit: a path image must be on this machine now."""
+def check_image_here(cont: ContainerLaunch, env: Optional[Mapping[str, str]] = None) -> None:
+    """A job of the local site, at submit: a path image must be on this machine now; ch-run's
+    image (a path or a name in ch-image's storage) and $USER too."""
     if is_path_image(cont.runtime, cont.image) and not os.path.exists(cont.image):
         raise WmlError(f"--container {cont.image}: no such image on this machine ({cont.runtime})")
+    if cont.runtime == "charliecloud":
+        from . import charliecloud
+
+        why = charliecloud.check_image_here(cont.image, cont.spec.flags, os.environ if env is None else env)
+        if why is not None:
+            raise WmlError(f"--container {cont.image} (charliecloud): {why}")
+
+
+def check_job_options(cont: Optional[ContainerLaunch], stage_image: Optional[str], host_env: Optional[str]) -> None:
+    """A job's options that go with a container, one WmlError each: ``--stage-image on`` needs an
+    image; ``--env`` is refused with one, because the ranks run the image's python inside the
+    image: an env made on this machine (its python and libraries the host's) would either not be
+    there or, visible through a bind, mix the host's packages into the image's python.  An env
+    for a container goes into the image (``wml env image SPEC``)."""
+    if cont is None:
+        if stage_image == "on":
+            raise WmlError("--stage-image on goes with --container IMAGE (the image file is what is copied)")
+        return
+    if host_env:
+        raise WmlError(f"--env {host_env} with --container {cont.image}: the ranks run the image's python, inside "
+                       "the image, not an env of this machine; put the packages into the image (wml env image SPEC "
+                       "--build makes one from a spec), or drop --container")

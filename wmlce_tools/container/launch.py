@@ -10,16 +10,26 @@ tool's manual; the site's own flags, binds, variables and modules come from its 
   $PWD and /tmp itself; LD_LIBRARY_PATH goes in as APPTAINERENV_LD_LIBRARY_PATH);
 - shifter: ``#SBATCH --image=IMAGE`` (+ ``#SBATCH --module=...``), each rank
   ``shifter --image=IMAGE [--module=a,b] -V SRC:DST[:ro] CMD`` (NERSC's Perlmutter launchers page);
-- podman-hpc / podman: ``podman-hpc run --rm [--mpi --gpu] -v SRC:DST[:ro] -w WORKDIR
-  [-e NAME]... IMAGE CMD`` (podman passes no variable by itself: podman-hpc's --mpi module passes
-  the launcher's, wml names the job's; plain podman gets ``--env-host``);
+- podman-hpc / podman: ``podman-hpc run --rm [--mpi --gpu --nccl] -v SRC:DST[:ro] -w WORKDIR
+  [-e NAME]... IMAGE CMD`` (podman passes no variable by itself, so the image's ENV stands:
+  podman-hpc's --mpi module passes the launcher's, wml names the job's; plain podman is given
+  the launchers' and wml's by prefix, ``-e 'OMPI_*'``, never ``--env-host``, which would put the
+  host's PATH over the image's);
 - pyxis (enroot): no wrapper command; ``srun --container-image=IMAGE
   --container-mounts=SRC:DST[:ro],... --container-workdir=WORKDIR`` (pyxis' usage page);
 - container-engine (CSCS): no wrapper command; ``srun --environment=EDF``, where the EDF is one
   wml writes (``edf_text``: the image, or ``base_environment`` of the user's EDF, plus the
   mounts, [env] and the site's [annotations], e.g. the aws_ofi_nccl hook);
-- charliecloud: ``ch-run [flags] -b SRC:DST -c WORKDIR IMAGE -- CMD`` (ch-run mounts only onto
-  directories the image has; it has no read-only bind).
+- charliecloud: ``ch-run [flags] --unset-env=... --set-env=PATH=... [--set-env] -b SRC:DST -c
+  WORKDIR IMAGE -- CMD``: any image ch-run runs (a directory, a SquashFS file, a name in ch-image's
+  storage); the image's environment (/ch/environment) over the host's, which ch-run passes on;
+  wml's packages bound onto mount points under ch-run's own /tmp (``charliecloud.py``), so the
+  image needs no directory of wml's (ch-run mounts only onto directories that exist; it has no
+  read-only bind).
+
+Inside every runtime the rank's python is the image's (``spec.python`` found on the image's
+PATH), never one of the host's PATH: Apptainer, podman and pyxis give the image's PATH
+themselves; ch-run is told to (above).
 
 The launch plan (``wmlce_tools/launch``) builds the one ContainerLaunch of a launch, with the
 fabric's binds and switches (``with_fabric``), and hands each method its decision: the values for
@@ -38,12 +48,15 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ..errors import WmlError
 from ..site.container_schema import ContainerRuntime
 from ..site.schema import SiteProfile
+from . import charliecloud
 
 EDF_PLACEHOLDER = "<EDF written by ddlrun>"
 NONE_WORDS = ("none", "off", "no")
 
 EXECUTABLES = {"apptainer": "apptainer", "singularity": "singularity", "shifter": "shifter",
                "podman-hpc": "podman-hpc", "podman": "podman", "charliecloud": "ch-run"}
+# plain podman: the launchers' rank variables and wml's, by prefix (podman's -e NAME* form)
+PODMAN_PREFIXES = ("OMPI_*", "PMIX_*", "PMI_*", "HYDRA_*", "MPI_LOCAL*", "SLURM_*", "PALS_*", "WML_*", "DDL_*")
 # runtimes that do not put the job's working directory into the container themselves
 BIND_WORKDIR = ("charliecloud", "podman", "podman-hpc", "pyxis", "container-engine")
 
@@ -52,6 +65,9 @@ _REF = re.compile(r"^(docker://)?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _SHIFTER = re.compile(r"^((docker|custom|id):)?[A-Za-z0-9][A-Za-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
 _PYXIS_REF = re.compile(r"^([A-Za-z0-9._-]+@)?([A-Za-z0-9._:-]+#)?[A-Za-z0-9][A-Za-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
 _EDF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# CSCS EDF "image": [USER@][REGISTRY#]IMAGE[:TAG] (nvcr.io#nvidia/pytorch:25.06-py3), or REGISTRY/REPO:TAG as
+# CSCS's own examples spell it (nvcr.io/nvidia/pytorch:25.11-py3)
+_EDF_IMAGE = re.compile(r"^([A-Za-z0-9._-]+@)?([A-Za-z0-9._:-]+#)?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 
 FORMS = {
     "apptainer": "docker://REPO:TAG, oras://..., library://..., or a .sif file / sandbox directory",
@@ -61,8 +77,9 @@ FORMS = {
     "podman": "an image name: [REGISTRY/]REPO[:TAG]",
     "pyxis": "[USER@][REGISTRY#]IMAGE[:TAG] (an enroot URI) or a squashfs file (.sqsh)",
     "container-engine": "an EDF: its name in $EDF_PATH (~/.edf) or a .toml path, or an image "
-                        "(REGISTRY/REPO:TAG or a .sqsh file) for which wml writes the EDF",
-    "charliecloud": "an image directory (ch-convert / a rootfs) or a SquashFS file (.sqfs)",
+                        "([USER@][REGISTRY#]IMAGE[:TAG], REGISTRY/REPO:TAG or a .sqsh file) for which wml writes the EDF",
+    "charliecloud": "an image directory (ch-convert / a rootfs), a SquashFS file (.sqfs) or an image's name "
+                    "in ch-image's storage",
 }
 
 
@@ -103,6 +120,8 @@ def wml_root() -> str:
 def is_path_image(runtime: str, image: str) -> bool:
     """Whether ``image`` names a file or directory on the node (checked there) rather than
     something the runtime pulls or looks up."""
+    if runtime == "charliecloud" and _SCHEME.match(image):
+        return False
     if image.startswith(("/", "./", "../", "~")):
         return True
     if runtime in ("apptainer", "singularity"):
@@ -111,23 +130,34 @@ def is_path_image(runtime: str, image: str) -> bool:
         return image.endswith((".sqsh", ".squashfs"))
     if runtime == "container-engine":
         return image.endswith((".toml", ".sqsh", ".squashfs"))
-    if runtime == "charliecloud":
-        return "/" in image or image.endswith(".sqfs")
+    if runtime == "charliecloud":      # as ch-run takes it: a path that exists, else a name in ch-image's storage
+        return image.endswith((".sqfs", ".squashfs")) or os.path.exists(image)
     return False
 
 
 def check_image(runtime: str, image: str, site: str) -> str:
-    """``image`` as ``runtime`` names one (a path made absolute), or one WmlError."""
-    if not image or any(c.isspace() for c in image) or image.startswith("-"):
+    """``image`` as ``runtime`` names one (a path made absolute; a path may hold spaces), or one
+    WmlError."""
+    if not image or image.startswith("-") or any(c in image for c in "\n\r\t\0"):
         raise WmlError(f"--container {image!r}: not an image name for {runtime} on {site} "
                        f"(expected {FORMS[runtime]})")
+    if runtime == "charliecloud" and _SCHEME.match(image):
+        ref = image.split("://", 1)[1]
+        raise WmlError(f"--container {image}: ch-run pulls no image itself; pull it into ch-image's storage "
+                       f"(ch-image pull {ref}) and give its name (--container {ref}), or give an image directory")
     if is_path_image(runtime, image):
-        return os.path.abspath(os.path.expanduser(image))
+        path = os.path.abspath(os.path.expanduser(image))
+        if runtime == "charliecloud" and os.path.isfile(path) and not charliecloud.is_squashfs(path):
+            raise WmlError(f"--container {image}: not an image for charliecloud on {site}: a file that is not "
+                           f"SquashFS (expected {FORMS[runtime]})")
+        return path
     ok = {"shifter": _SHIFTER, "podman-hpc": _REF, "podman": _REF, "pyxis": _PYXIS_REF,
-          "container-engine": _REF, "charliecloud": _REF}.get(runtime)
+          "container-engine": _EDF_IMAGE, "charliecloud": _REF}.get(runtime)
     if runtime in ("apptainer", "singularity"):
         ok = _SCHEME
-    if ok is not None and not ok.match(image):
+    if any(c.isspace() for c in image):      # a name (not a path) holds no space
+        ok = None
+    if ok is None or not ok.match(image):
         raise WmlError(f"--container {image!r}: not an image name for {runtime} on {site} "
                        f"(expected {FORMS[runtime]})")
     return image
@@ -170,14 +200,33 @@ class ContainerLaunch:
         return dataclasses.replace(self, extra_binds=(*self.extra_binds, path))
 
     # -- what goes in ----------------------------------------------------------------------
+    @property
+    def wml_dir(self) -> str:
+        """Where wml's packages are inside: the profile's ``wml_dir``; for ch-run, mount points
+        under its own /tmp (unless the profile gives it a private /tmp), which every image has."""
+        if self.runtime == "charliecloud" and charliecloud.shared_tmp(self.spec.flags, {}) is not None:
+            return charliecloud.wml_dir()
+        return self.spec.wml_dir
+
     def binds(self, env: Mapping[str, str] = {}) -> List[Bind]:
         out = [Bind.parse(b).expanded(env) for b in (*self.spec.binds, *self.extra_binds)]
         if self.wml is not None:
-            out += [Bind(os.path.join(self.wml, pkg), f"{self.spec.wml_dir}/{pkg}", True)
+            out += [Bind(os.path.join(self.wml, pkg), f"{self.wml_dir}/{pkg}", True)
                     for pkg in ("wmlce_tools", "ddl_runtime")]
         if self.runtime in BIND_WORKDIR and not any(b.dst == self.workdir for b in out):
             out.append(Bind(self.workdir, self.workdir))
+        if self.runtime == "charliecloud":     # a path under /tmp is there already when ch-run's /tmp is the host's
+            tmp = charliecloud.shared_tmp(self.spec.flags, env)
+            out = [b for b in out if not charliecloud.visible_as_is(b.src, b.dst, tmp)]
         return out
+
+    def mount_points(self, env: Mapping[str, str] = {}) -> List[str]:
+        """ch-run: the host directories that are the binds' destinations under its /tmp (made on
+        each node before any rank starts: ``charliecloud.make_mount_points``)."""
+        if self.runtime != "charliecloud":
+            return []
+        tmp = charliecloud.shared_tmp(self.spec.flags, env)
+        return [p for p in (charliecloud.host_mount_point(b.dst, tmp) for b in self.binds(env)) if p]
 
     @property
     def env_prefix(self) -> Optional[str]:
@@ -222,8 +271,8 @@ class ContainerLaunch:
         for entry in filter(None, host_value.split(os.pathsep)):
             rel = os.path.relpath(entry, self.wml)
             if rel.split(os.sep)[0] in ("wmlce_tools", "ddl_runtime"):
-                out.append(f"{self.spec.wml_dir}/{rel}")
-        return os.pathsep.join([*out, self.spec.wml_dir])
+                out.append(f"{self.wml_dir}/{rel}")
+        return os.pathsep.join([*out, self.wml_dir])
 
     # -- the rank's command ----------------------------------------------------------------
     def inner(self, argv: Sequence[str], decision, env: Mapping[str, str] = {}) -> List[str]:
@@ -250,16 +299,16 @@ class ContainerLaunch:
                     *_flagged("-V", [b.spelled() for b in binds]), *inner]
         if rt in ("podman-hpc", "podman"):
             inside = [f"{k}={v}" for k, v in decision.inside]
-            if rt == "podman":
-                envs = ["--env-host", *_flagged("-e", inside)]
-            else:       # podman passes no variable by itself: each one the ranks read, by name
-                names = sorted({*decision.names, *(n for n, _ in decision.rank), *(n for n, _ in decision.host)}
-                               - {k for k, _ in decision.inside})
-                envs = [*_flagged("-e", names), *_flagged("-e", inside)]
+            # podman passes no variable by itself: podman-hpc is told each one the ranks read, by
+            # name; plain podman the launchers' and wml's by prefix (never --env-host: the host's PATH)
+            names = sorted({*decision.names, *(n for n, _ in decision.rank), *(n for n, _ in decision.host)}
+                           - {k for k, _ in decision.inside})
+            envs = [*_flagged("-e", [*(PODMAN_PREFIXES if rt == "podman" else ()), *names]), *_flagged("-e", inside)]
             return [rt, "run", "--rm", *spec.flags, *envs, *_flagged("-v", [b.spelled() for b in binds]),
                     "-w", self.workdir, image, *inner]
         if rt == "charliecloud":
-            return ["ch-run", *spec.flags, *[f"--set-env={k}={v}" for k, v in decision.inside],
+            return ["ch-run", *spec.flags, *charliecloud.env_flags(image, spec.flags, {**os.environ, **env}),
+                    *[f"--set-env={k}={v}" for k, v in decision.inside],
                     *_flagged("-b", [b.spelled("") for b in binds]), "-c", self.workdir, image, "--", *inner]
         return inner          # pyxis, container-engine: srun's own flags do it (launcher_args)
 

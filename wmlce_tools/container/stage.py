@@ -116,29 +116,43 @@ def stage_here(c: ImageCopy, env: Optional[Mapping[str, str]] = None) -> Path:
         raise WmlError(f"cannot create {where}: {exc.strerror}") from None
     target = where / c.name
     stem = Path(c.source).stem
-    with file_lock(where / f".wml-image-{stem}.lock", f"copying the image {c.source}", who="wml"):
-        for old in where.glob(f"wml-image-{stem}-*"):     # an older version of this image nobody uses
-            if old != target and len(old.name) == len(target.name) and not _in_use(old):
-                old.unlink(missing_ok=True)
-        if not (target.is_file() and target.stat().st_size == c.size):
-            free = shutil.disk_usage(where).free
-            if free < c.size:
-                raise WmlError(f"{where} has {free / 2**30:.2f} GiB free; the image {c.source} needs "
-                               f"{c.size / 2**30:.2f} GiB")
-            tmp = where / f".{c.name}.wml-tmp-{os.getpid()}"
-            try:
-                shutil.copyfile(c.source, tmp)
-                got = tmp.stat().st_size
-                if got != c.size:
-                    raise WmlError(f"the copy of {c.source} has {got} bytes, not {c.size} (did it change while copied?)")
-                os.replace(tmp, target)
-            except OSError as exc:
-                raise WmlError(f"copying {c.source} into {where} failed: {exc.strerror or exc}") from None
-            finally:
-                tmp.unlink(missing_ok=True)
+    with file_lock(where / f".wml-image-{stem}.lock", f"copying the image {c.source}", who="wml") as held:
+        try:
+            _make_copy(c, where, target, stem)
+        except BaseException:        # nothing of this image left here: neither is its lock file
+            held.remove_file = not _leftovers(where, stem)
+            raise
         _users(target).mkdir(parents=True, exist_ok=True)
         (_users(target) / c.job).touch()
     return target
+
+
+def _leftovers(where: Path, stem: str) -> bool:
+    """Whether a copy of this image (any version) is still in the place."""
+    return any(where.glob(f"wml-image-{stem}-*"))
+
+
+def _make_copy(c: ImageCopy, where: Path, target: Path, stem: str) -> None:
+    """Under the lock: older unused versions removed, then a complete copy made (or reused)."""
+    for old in where.glob(f"wml-image-{stem}-*"):     # an older version of this image nobody uses
+        if old != target and len(old.name) == len(target.name) and not _in_use(old):
+            old.unlink(missing_ok=True)
+    if not (target.is_file() and target.stat().st_size == c.size):
+        free = shutil.disk_usage(where).free
+        if free < c.size:
+            raise WmlError(f"{where} has {free / 2**30:.2f} GiB free; the image {c.source} needs "
+                           f"{c.size / 2**30:.2f} GiB")
+        tmp = where / f".{c.name}.wml-tmp-{os.getpid()}"
+        try:
+            shutil.copyfile(c.source, tmp)
+            got = tmp.stat().st_size
+            if got != c.size:
+                raise WmlError(f"the copy of {c.source} has {got} bytes, not {c.size} (did it change while copied?)")
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise WmlError(f"copying {c.source} into {where} failed: {exc.strerror or exc}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _in_use(copy: Path) -> bool:
@@ -156,13 +170,18 @@ def release_here(c: ImageCopy, env: Optional[Mapping[str, str]] = None) -> None:
         return
     if not target.parent.is_dir():
         return
-    with file_lock(target.parent / f".wml-image-{Path(c.source).stem}.lock", f"cleaning up {target}", who="wml"):
+    stem = Path(c.source).stem
+    with file_lock(target.parent / f".wml-image-{stem}.lock", f"cleaning up {target}", who="wml") as held:
         with contextlib.suppress(FileNotFoundError):
             (_users(target) / c.job).unlink()
         if not _in_use(target):
             with contextlib.suppress(OSError):
                 _users(target).rmdir()
             target.unlink(missing_ok=True)
+        if not _leftovers(target.parent, stem):     # the last copy gone: its lock and the users' directory too
+            held.remove_file = True
+            with contextlib.suppress(OSError):
+                (target.parent / USERS).rmdir()
 
 
 def payload(c: ImageCopy) -> str:

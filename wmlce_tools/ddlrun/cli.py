@@ -186,7 +186,7 @@ def run_cli(argv: Sequence[str]) -> int:
     if opts.check:
         from .preflight import check_hosts
 
-        if not check_hosts(plan, sys.stderr):
+        if not check_hosts(plan, sys.stderr, conclude=plan.container is None or opts.dry_run):
             return 1
     if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, naming the node
         import dataclasses
@@ -206,6 +206,8 @@ def run_cli(argv: Sequence[str]) -> int:
         if check_only:
             sys.stderr.write(f"ddlrun: container {plan.container.image} ({plan.container.runtime}): "
                              f"ready on {len(set(plan.node_hosts))} node(s)\n")
+        if opts.check:       # the hosts' check left its last line to the container's
+            sys.stderr.write("ddlrun: check passed\n")
     if check_only:
         _release_image(plan)
         return 0

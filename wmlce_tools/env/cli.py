@@ -587,7 +587,7 @@ def image_cmd(
 ) -> None:
     """Render an image definition (an Apptainer .def and a Containerfile) from a curated spec or
     a lock, so the curated env and the container hold the same packages; --build builds it."""
-    from wmlce_tools.env.image import build, definition
+    from wmlce_tools.env.image import build, definition, run_hint
 
     d = definition(spec, base=base, name=name)
     out = output or Path(f"{d.name}-image")
@@ -596,6 +596,7 @@ def image_cmd(
     if do_build:
         built = build(d, out, builder, tag)
         _info(f"wml: built {built}")
+        _info(run_hint(built))          # the last line: how to run it
 
 
 # ------------------------------------------------------------------------------------- module

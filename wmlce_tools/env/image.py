@@ -19,10 +19,12 @@ What is installed, and how:
   ``pip install -r requirements.txt`` (the spec's index as ``--index-url``).
 
 Every image gets ``/opt/wml/wmlce_tools`` and ``/opt/wml/ddl_runtime``: where ``--container``
-binds wml's rank shim (Charliecloud binds only onto directories the image has).
+binds wml's rank shim where a site's profile puts it there (``wml_dir``); Charliecloud needs
+them no more (wml binds onto mount points under ch-run's /tmp).
 
 ``build`` runs the builder found on the machine (or the one named), in the order apptainer,
-singularity, podman, buildah, ch-image, and says which.
+singularity, podman, buildah, ch-image, and says which; ``run_hint`` is its last line, how to
+run the image with ``wml submit --container``.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -177,3 +179,21 @@ def build(d: ImageDefinition, out: Path, builder: Optional[str], tag: Optional[s
         raise WmlError(f"{name} build failed (exit {proc.returncode}): {lines[-1] if lines else 'no output'}; "
                        f"its output is in {out / 'build.log'}")
     return str(out / f"{d.name}.sif") if name in ("apptainer", "singularity") else f"{tag} ({name})"
+
+
+def run_hint(built: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The build's last line: how to run what ``build`` returned (a .sif, or ``TAG (builder)``)
+    with ``wml submit`` (each runtime gives the ranks the image's PATH, /opt/env/bin first)."""
+    from wmlce_tools.quoting import sh_quote
+
+    env = os.environ if environ is None else environ
+    if not built.endswith(")"):
+        return (f"wml: run it: wml submit --container {sh_quote(os.path.abspath(built))} PROGRAM "
+                "(Apptainer; at a centre, copy the .sif there)")
+    tag, builder = built[:-1].rsplit(" (", 1)
+    if builder == "ch-image":
+        storage = env.get("CH_IMAGE_STORAGE") or f"/var/tmp/{env.get('USER') or '$USER'}.ch"
+        return (f"wml: run it: wml submit --container {sh_quote(tag)} PROGRAM (Charliecloud: ch-run finds it in "
+                f"ch-image's storage {storage}; by hand: ch-run --set-env {sh_quote(tag)} -- python3 ...)")
+    return (f"wml: run it: wml submit --container-runtime podman --container {sh_quote('localhost/' + tag)} PROGRAM "
+            f"(podman, on this machine; at a centre, push it to a registry its runtime pulls from)")

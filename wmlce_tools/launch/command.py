@@ -96,8 +96,9 @@ def launch_argv(plan: LaunchPlan, decision: Decision, where: Where) -> List[str]
     if cont is not None:
         if where.edf:
             cont = replace(cont, edf_path=where.edf)
-        program = cont.wrap(program, decision)
-        extra = [*cont.launcher_args(decision), *extra]
+        env = decision.launcher_env(where.environ)     # binds' and PYTHONPATH's $VARIABLES
+        program = cont.wrap(program, decision, env)
+        extra = [*cont.launcher_args(decision, env), *extra]
     ctx = LaunchContext(site=plan.site, hosts=list(where.hosts) if where.hosts is not None else None,
                         mpi_flavor=where.mpi_flavor, env=rank_variables(plan, decision, where), extra_args=extra,
                         rankfile=where.rankfile, hostfile=where.hostfile)
