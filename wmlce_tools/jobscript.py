@@ -89,7 +89,7 @@ class JobPlan:
     def with_job_vars(self, pairs: Sequence[Tuple[str, str]]) -> "JobPlan":
         """This job with more of its own variables (a chain's contract, a sweep's resume): the
         script exports them; the ranks get those of wml's contract as the launch plan passes
-        any job variable (``launch/plan.py`` PASSED), not as values given to ddlrun."""
+        any job variable (``rankenv.CONTRACT``), not as values given to ddlrun."""
         names = {k for k, _ in pairs}
         return dataclasses.replace(self, job_vars=(*((k, v) for k, v in self.job_vars if k not in names), *pairs))
 

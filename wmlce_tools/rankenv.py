@@ -34,6 +34,13 @@ RANK, INSIDE, HOST = "rank", "inside", "host"
 SET, PREPEND, PASS = "set", "prepend", "pass"
 DEFAULT, GIVEN = "default", "given"
 
+#: the variables of wml's contract (docs/ARCHITECTURE.md) a rank reads when the job sets them: the
+#: launcher passes them on (Open MPI and podman-hpc, which pass nothing they are not told, by name)
+CONTRACT = ("PYTHONUNBUFFERED", "DDL_OPTIONS", "DDL_TIMELINE", "DDL_STATS_DIR", "DDL_STATS_INTERVAL_S",
+            "WML_JOB_DIR", "WML_JOB_ID", "WML_STOP_SIGNAL", "WML_CHECKPOINT_DIR", "WML_CHAIN_SEGMENT",
+            "WML_CHAIN_LENGTH", "WML_RUN_ID", "WML_TRIAL", "WML_SWEEP_RUN", "WML_PARAM_*", "WML_HOROVOD",
+            "WML_LMS", "WML_STAGED_FROM", "WML_STAGE_NODE_PREFIX")
+
 _REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 

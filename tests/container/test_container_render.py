@@ -6,6 +6,7 @@ ddlrun runs) and the script's container lines.  wml's own packages are bound fro
 checkout lies (``WML``)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,17 @@ def dry(run_wml, *args):
     return out.stdout
 
 
+SHIM = re.compile(r"python3? -m wmlce_tools\.ddlrun\.rankexec .*? -- ")
+
+
 def launch_line(script: str) -> str:
+    """The promised launch line with the rank shim taken out (every line carries it before the
+    program, inside the container: these tests are about the wrapper around it)."""
     lines = script.splitlines()
     i = lines.index("# ddlrun recomputes this layout inside the allocation and runs:")
-    return lines[i + 1][len("#   "):]
+    line = lines[i + 1][len("#   "):]
+    assert SHIM.search(line), line
+    return SHIM.sub("", line, count=1)
 
 
 def test_perlmutter_shifter(run_wml):
@@ -52,6 +60,7 @@ def test_perlmutter_podman_hpc(run_wml, tmp_path):
     # ... and --nccl: the NCCL plugin module for Slingshot 11 (podman-hpc's etc/modules.d/nccl.yaml, issue 60)
     assert "--kill-on-bad-exit=1 podman-hpc run --rm --mpi --gpu --nccl " in line
     assert " -e FOO " in line and " -e OMP_NUM_THREADS " in line and " -e WML_STOP_SIGNAL " in line
+    assert " -e WML_JOB_DIR " in line and " -e DDL_STATS_DIR " in line and " -e 'WML_PARAM_*' " in line   # issue 58
     v = " ".join(f"-v {b}" for b in BINDS_RO.split())
     assert line.endswith(f"{v} -v {tmp_path}:{tmp_path} -w {tmp_path} nersc/pytorch:25.02.01 "
                          "env PYTHONPATH=/opt/wml python train.py")
@@ -81,11 +90,18 @@ def test_polaris_apptainer(run_wml):
     assert ("module use /soft/modulefiles\nmodule load spack-pe-base\nmodule load apptainer\n"
             "module load cray-mpich-abi\n") in script
     assert script.count("module load cray-mpich-abi") == 1 and "0.8.1" not in script and "e2fsprogs" not in script
-    assert ('export APPTAINERENV_LD_LIBRARY_PATH="$CRAY_LD_LIBRARY_PATH:$LD_LIBRARY_PATH:'
-            '/opt/cray/pe/pals/1.2.12/lib"\n') in script
+    # the library path for inside goes in as APPTAINERENV_LD_LIBRARY_PATH, decided by ddlrun (issue 58)
+    assert "export APPTAINERENV_LD_LIBRARY_PATH" not in script and "export LD_LIBRARY_PATH" not in script
+    assert ("#     LD_LIBRARY_PATH=$CRAY_LD_LIBRARY_PATH:/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:"
+            "/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH:/opt/cray/pe/pals/1.2.12/lib (inside the container)") in script
     b = " ".join(f"-B {x}" for x in BINDS_RO.split())
     assert launch_line(script) == (
-        "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 apptainer exec --fakeroot --nv "
+        # every rank's variables on PALS's line, as ddlrun runs it (the old promise left the fabric's out)
+        "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 --env NCCL_NET_GDR_LEVEL=PHB "
+        "--env NCCL_CROSS_NIC=1 --env NCCL_COLLNET_ENABLE=1 --env 'NCCL_NET=AWS Libfabric' "
+        "--env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd --env FI_CXI_DEFAULT_CQ_SIZE=131072 "
+        "--env 'LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH' "
+        "apptainer exec --fakeroot --nv "
         # the fabric's bind (issue 50: aws-ofi-nccl under /soft/libraries), then wml's
         f"-B /opt -B /var/run/palsd/ -B /soft/libraries {b} /eagle/p/pt.sif env PYTHONPATH=/opt/wml python train.py")
 

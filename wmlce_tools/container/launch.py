@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import WmlError
+from ..rankenv import CONTRACT
 from ..site.container_schema import ContainerRuntime
 from ..site.schema import SiteProfile
 from . import charliecloud
@@ -301,7 +302,8 @@ class ContainerLaunch:
             inside = [f"{k}={v}" for k, v in decision.inside]
             # podman passes no variable by itself: podman-hpc is told each one the ranks read, by
             # name; plain podman the launchers' and wml's by prefix (never --env-host: the host's PATH)
-            names = sorted({*decision.names, *(n for n, _ in decision.rank), *(n for n, _ in decision.host)}
+            # (podman's -e NAME passes nothing for an unset NAME; -e 'WML_PARAM_*' every one of them)
+            names = sorted({*CONTRACT, *decision.names, *(n for n, _ in decision.rank), *(n for n, _ in decision.host)}
                            - {k for k, _ in decision.inside})
             envs = [*_flagged("-e", [*(PODMAN_PREFIXES if rt == "podman" else ()), *names]), *_flagged("-e", inside)]
             return [rt, "run", "--rm", *spec.flags, *envs, *_flagged("-v", [b.spelled() for b in binds]),

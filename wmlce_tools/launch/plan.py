@@ -36,17 +36,11 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from ..fabric.resolve import FabricEnv, fabric_for, node_dirs_value, NODE_DIRS_VAR
 from ..layout import Layout
 from ..site.schema import SiteProfile
-from ..rankenv import DEFAULT, GIVEN, HOST, INSIDE, PASS, PREPEND, RANK, SET, Decision, EnvValue, decide
+from ..rankenv import CONTRACT, GIVEN, HOST, INSIDE, PASS, PREPEND, SET, Decision, EnvValue, decide
 
 if TYPE_CHECKING:
     from ..container.launch import ContainerLaunch
 
-#: the variables of wml's contract (docs/ARCHITECTURE.md) a rank reads when the job sets them: the
-#: launcher passes them on (Open MPI and podman-hpc are told their names)
-PASSED = ("PYTHONUNBUFFERED", "DDL_OPTIONS", "DDL_TIMELINE", "DDL_STATS_DIR", "DDL_STATS_INTERVAL_S",
-          "WML_JOB_DIR", "WML_JOB_ID", "WML_STOP_SIGNAL", "WML_CHECKPOINT_DIR", "WML_CHAIN_SEGMENT",
-          "WML_CHAIN_LENGTH", "WML_RUN_ID", "WML_TRIAL", "WML_SWEEP_RUN", "WML_PARAM_*", "WML_HOROVOD",
-          "WML_LMS", "WML_STAGED_FROM", "WML_STAGE_NODE_PREFIX")
 SHIM_MODULE = "wmlce_tools.ddlrun.rankexec"
 
 
@@ -192,7 +186,7 @@ def _env(site: SiteProfile, layout: Layout, fabric: Optional[FabricEnv], contain
             # OLCF's RCCL container example: the plugin's directory first on the library path inside
             out.append(EnvValue("LD_LIBRARY_PATH", opts.plugin_dir, f"{plugin.library} found where ddlrun runs "
                                 f"({plugin.page})", kind=PREPEND, where=INSIDE))
-    out += [EnvValue(name, "", "wml's contract: passed on when set", kind=PASS) for name in PASSED]
+    out += [EnvValue(name, "", "wml's contract: passed on when set", kind=PASS) for name in CONTRACT]
     out += [EnvValue(k, v, opts.given_by, rule=GIVEN) for k, v in opts.given]
     return tuple(out)
 
