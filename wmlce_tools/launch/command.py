@@ -99,15 +99,8 @@ def launch_argv(plan: LaunchPlan, decision: Decision, where: Where) -> List[str]
         env = decision.launcher_env(where.environ)     # binds' and PYTHONPATH's $VARIABLES
         program = cont.wrap(program, decision, env)
         extra = [*cont.launcher_args(decision, env), *extra]
-    ctx = LaunchContext(site=plan.site, hosts=list(where.hosts) if where.hosts is not None else None,
-                        mpi_flavor=where.mpi_flavor, env=rank_variables(plan, decision, where), extra_args=extra,
-                        rankfile=where.rankfile, hostfile=where.hostfile)
-    argv = launch_command(plan.layout, ctx, program)
-    if where.tag_output:       # Open MPI: each chunk of output names its rank (ddlrun reassembles lines)
-        argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]
-    if where.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
-        argv[0] = where.launcher_exe
-    return argv
+    return _assemble(plan, plan.layout, decision, where, program, extra,
+                     rankfile=where.rankfile, hostfile=where.hostfile, tag_output=where.tag_output)
 
 
 def once_per_node_argv(plan: LaunchPlan, where: Where, argv: Sequence[str], decision: Decision) -> List[str]:
@@ -117,10 +110,17 @@ def once_per_node_argv(plan: LaunchPlan, where: Where, argv: Sequence[str], deci
     from ..resources import ResourceRequest
 
     one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
+    return _assemble(plan, one, decision, where, list(argv), list(where.mpiargs))
+
+
+def _assemble(plan: LaunchPlan, layout, decision: Decision, where: Where, program: List[str], extra: List[str],
+              rankfile: Optional[str] = None, hostfile: Optional[str] = None, tag_output: bool = False) -> List[str]:
     ctx = LaunchContext(site=plan.site, hosts=list(where.hosts) if where.hosts is not None else None,
-                        mpi_flavor=where.mpi_flavor, env=rank_variables(plan, decision, where),
-                        extra_args=list(where.mpiargs))
-    out = launch_command(one, ctx, list(argv))
+                        mpi_flavor=where.mpi_flavor, env=rank_variables(plan, decision, where), extra_args=extra,
+                        rankfile=rankfile, hostfile=hostfile)
+    argv = launch_command(layout, ctx, program)
+    if tag_output:       # Open MPI: each chunk of output names its rank (ddlrun reassembles lines)
+        argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]
     if where.launcher_exe and plan.site.launcher in ("mpiexec", "pals"):
-        out[0] = where.launcher_exe
-    return out
+        argv[0] = where.launcher_exe
+    return argv
