@@ -26,6 +26,7 @@ from .rankfile import host_file, hostfile_bytes, placement_file
 if TYPE_CHECKING:
     from ..container.launch import ContainerLaunch
     from ..container.stage import ImageCopy
+    from .mps import GpuSharing
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
@@ -69,6 +70,7 @@ class DdlrunOptions:
     container: Optional[str] = None      # --container IMAGE (none: no container, not even the site's default)
     container_runtime: Optional[str] = None
     stage_image: Optional[str] = None    # --stage-image on|off (None: the site's container.stage)
+    gpu_sharing: Optional[str] = None    # --gpu-sharing mps|time-slice (None: the site's; ddlrun/mps.py)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class LaunchPlan:
     container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
     image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
+    gpu_sharing: Optional["GpuSharing"] = None   # ranks sharing a GPU: CUDA MPS (its daemons) or time-sliced
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -184,9 +187,11 @@ def check_container_nodes(plan: LaunchPlan, per_node: Optional[bool] = None) -> 
            plan.launcher_env(env), plan.node_hosts)
 
 
-def _once_per_node(plan: LaunchPlan, module_argv: List[str]) -> List[str]:
-    """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher."""
-    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
+def _once_per_node(plan: LaunchPlan, module_argv: List[str], gpus_per_rank: int = 0) -> List[str]:
+    """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher
+    (``gpus_per_rank``: the GPUs its step holds)."""
+    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1,
+                                                    gpus_per_rank=gpus_per_rank))
     ctx = LaunchContext(site=plan.site, hosts=list(plan.node_hosts), mpi_flavor=plan.mpi_flavor or "mpich",
                         env=dict(plan.exports), extra_args=list(plan.mpiargs))
     argv = launch_command(one, ctx, [sys.executable, "-m", *module_argv])
@@ -432,7 +437,12 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     stats = _stats_export(opts.exports, env) if site.launcher == "mpiexec" and flavor == "openmpi" else ()
     exports = _exports(opts.exports, env) + stats
     from ..container.launch import container_launch, with_fabric
+    from .mps import plan_sharing     # ranks sharing a GPU: CUDA MPS's directory for every rank
 
+    job_id = next((env[v] for v in JOB_ID_VARS if env.get(v)), None)
+    sharing = plan_sharing(site, layout, opts.gpu_sharing, env, job_id or "", per_node=len(set(hosts.hosts)) > 1)
+    if sharing is not None and sharing.exports:
+        exports = (*((k, v) for k, v in exports if k not in dict(sharing.exports)), *sharing.exports)
     container = with_fabric(container_launch(site, opts.container, opts.container_runtime, os.getcwd(),
                                              pass_env=[k for k, _ in exports]), site, layout.nodes)
     image_copy, note = None, None
@@ -466,5 +476,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       placement=placement_file(site.launcher, flavor, layout, node_hosts),
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
                       notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
-                      fabric=fabric, fabric_report=fabric_report, container=container,
+                      fabric=fabric, fabric_report=fabric_report, container=container, gpu_sharing=sharing,
                       container_env=tuple({**env, **dict(exports)}.items()) if container is not None else ())

@@ -175,6 +175,9 @@ def dry_run_text(plan: LaunchPlan) -> str:
         from ..fabric.resolve import report_lines
 
         lines += [f"# {line}" for line in report_lines(plan.fabric, plan.fabric_report)]
+    from .mps import dry_run_lines
+
+    lines += dry_run_lines(plan)
     return "\n".join(lines) + "\n"
 
 
