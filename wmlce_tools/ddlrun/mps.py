@@ -386,11 +386,13 @@ class _Stopped(WmlError):
 
 @contextlib.contextmanager
 def _signals(ignore: bool) -> Iterator[None]:
-    """While the daemons start (``ignore`` False): SIGINT/SIGTERM/SIGHUP stop the start (those begun are
-    stopped) with status 128+N; while they stop (``ignore``): held off, so a second signal cannot
-    leave them running (the stop is bounded by its timeouts)."""
+    """While the daemons start and until the launch forwards signals itself (``ignore`` False):
+    SIGINT/SIGTERM/SIGHUP end ddlrun with status 128+N once the daemons begun are stopped; while
+    they stop (``ignore``): held off, so a second signal cannot leave them running (the stop is
+    bounded by its timeouts)."""
     def stopped(signum, _frame):
-        raise _Stopped(f"stopped by {signal.Signals(signum).name} while starting CUDA MPS", exit_code=128 + signum)
+        raise _Stopped(f"stopped by {signal.Signals(signum).name} before the ranks ran (CUDA MPS's daemons are "
+                       "stopped)", exit_code=128 + signum)
 
     old = {}
     try:
@@ -413,13 +415,13 @@ def around_ranks(plan, err: TextIO, once_per_node) -> Iterator[None]:
     if sharing is None or not sharing.starts:
         yield
         return
-    with _signals(ignore=False):
+    with _signals(ignore=False):      # until the launch forwards signals itself (runner), one stops the daemons
         start(plan, err, once_per_node)
-    try:
-        yield
-    finally:
-        with _signals(ignore=True):
-            stop(plan, err, once_per_node)
+        try:
+            yield
+        finally:
+            with _signals(ignore=True):
+                stop(plan, err, once_per_node)
 
 
 def dry_run_lines(plan) -> List[str]:
