@@ -25,6 +25,31 @@ def check(name: str, figure: str, limit: str, ok: bool, **detail) -> None:
           flush=True)
 
 
+def gpu_sharing() -> tuple:
+    """(label, ok) for the name of a check run by ranks that share a GPU, asked from NVIDIA's MPS
+    control daemon at this process's CUDA_MPS_PIPE_DIRECTORY (NVIDIA's default where unset) once
+    this process has used CUDA: "MPS" where it lists a server (an MPS client connects at its CUDA
+    initialisation, and the daemon starts a server for it), else "time-sliced".  ``ok`` is False
+    where MPS was asked for (ddlrun --gpu-sharing mps sets the pipe directory) but no server serves:
+    a figure that would pass for MPS while the GPU time-sliced."""
+    import os
+    import shutil
+    import subprocess
+
+    asked = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+    exe = shutil.which("nvidia-cuda-mps-control")
+    servers = ""
+    if exe is not None:
+        try:
+            p = subprocess.run([exe], input="get_server_list\n", capture_output=True, text=True, timeout=10)
+            servers = p.stdout.strip() if p.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            servers = ""
+    if servers:
+        return "MPS", True
+    return ("time-sliced, MPS asked but no MPS server" if asked else "time-sliced"), not asked
+
+
 def line(row: dict) -> str:
     return f"{row['name']:<38} {row['figure']:<34} {row['limit']:<18} {'PASS' if row['pass'] else 'FAIL'}"
 

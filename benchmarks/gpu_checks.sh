@@ -5,10 +5,12 @@
 #
 #   benchmarks/gpu_checks.sh part1    # Large Model Support's timed lines (ResNet-152 throughput, the
 #                                     # GPT-2-medium decoder at 4x its batch, the batch-64 overhead), the
-#                                     # ResNet-50 step and the ranks-sharing training ratios (one baseline)
+#                                     # ranks-sharing training ratios under CUDA MPS and time-sliced (one
+#                                     # baseline; ddlrun --gpu-sharing starts MPS's daemon) and the ResNet-50 step
 #   benchmarks/gpu_checks.sh part2    # every correctness check side by side (LMS's untimed lines,
 #                                     # collectives, helpers, NCCL, Horovod's test_torch.py, the sweep),
-#                                     # then the transfer bounds, one at a time
+#                                     # then the transfer bounds, one at a time (the ipc route's under MPS
+#                                     # and time-sliced)
 #   benchmarks/gpu_checks.sh          # both parts, one after the other (about 10 minutes)
 #   benchmarks/gpu_checks.sh lms-timed collectives-1-rank   # just those entries
 #   benchmarks/gpu_checks.sh --cpu    # the smoke run CI does (tests/runtime/test_gpu_checks_cmd.py):
@@ -56,11 +58,20 @@ GPU="-genv CUDA_VISIBLE_DEVICES 0"  # every rank on the one GPU
 M1="$MPIEXEC -n 1 $GPU"
 M2="$MPIEXEC -n 2 $GPU"
 HOST="-genv DDL_GPU_TRANSPORT host"
+# two ranks on the one GPU through ddlrun, under CUDA MPS (ddlrun starts one control daemon before the
+# ranks and stops it after them, issue 57) and time-sliced, for the sharing lines side by side; on CPU
+# (no GPU to share) the time-sliced lines run as before, through mpiexec, and the MPS lines not at all
+DDLRUN2="python3 -m wmlce_tools.ddlrun.cli --mpiexec $MPIEXEC --no-prefix -n 2 --ranks-per-gpu 2"
+MPS="$DDLRUN2 --gpu-sharing mps --"
+SLICED="$DDLRUN2 --gpu-sharing time-slice --"
+[ "$CPU" = 1 ] && SLICED="$M2"
 CHECKS="python3 benchmarks/gpu_checks.py"
 # the commit: WML_COMMIT where it is given (a copied tree may carry another checkout's .git), else git's
 { if [ -n "${WML_COMMIT:-}" ]; then echo "commit $WML_COMMIT (WML_COMMIT)"
   else echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"; fi
   [ "$CPU" = 1 ] && echo "--cpu smoke run" || nvidia-smi -L
+  [ "$CPU" = 1 ] || echo "MPS control: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control not found: the -mps lines fail')"
+  python3 -m wmlce_tools.ddlrun.cli --version 2>&1 | tail -1      # the -mps lines and the sharing lines run through it
   df -h /dev/shm | tail -1
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   "$MPIEXEC" --version | head -1; } > "$OUT/summary.txt" 2>&1
@@ -184,9 +195,12 @@ part part1
 # issue 42 / 48: LMS's timed lines (ResNet-152 batch 256 in 16 GiB vs uncapped; the GPT-2-medium decoder
 # at 4x the batch that fits without LMS vs uncapped, results equal; batch 64 on vs off)
 entry lms-timed                175 gpu  -- python3 benchmarks/lms_bench.py --only throughput,gpt,overhead
-# ranks sharing the GPU against one rank with their batch (one baseline for both routes)
+# ranks sharing the GPU against one rank with their batch (one baseline for every route), under CUDA MPS
+# and time-sliced side by side (issue 57), each with ddl_runtime's and horovod's DistributedOptimizer; each
+# line names how the GPU was shared, as the MPS daemon says (an MPS run without an MPS server fails)
 entry resnet-1x128-alone        40 both -- $M1 python3 benchmarks/gpu_train_ratio.py alone --baseline "$OUT/resnet_alone.json"
-entry resnet-2x64-shared        50 both -- $M2 python3 benchmarks/gpu_train_ratio.py shared --baseline "$OUT/resnet_alone.json"
+entry resnet-2x64-shared-mps    50 gpu  -- $MPS python3 benchmarks/gpu_train_ratio.py shared --baseline "$OUT/resnet_alone.json"
+entry resnet-2x64-shared        50 both -- $SLICED python3 benchmarks/gpu_train_ratio.py shared --baseline "$OUT/resnet_alone.json"
 # the host transport's training (issue 38 item 2: allreduce_n_async overlapping with backward there too);
 # its limit is a first target, half the 4.1-4.4x the host route took before it overlapped
 entry resnet-2x64-shared-host   50 gpu  -- $M2 $HOST python3 benchmarks/gpu_train_ratio.py shared --limit 2.2 \
@@ -213,8 +227,10 @@ entry nccl-ops-1-rank           60 gpu  -- $M1 $CHECKS nccl-ops                 
 entry helpers-2-ranks           60 both -- $M2 $CHECKS helpers
 entry sweep-1gpu-trials         90 gpu  -- python3 benchmarks/gpu_sweep_check.py  # issue 39: packed one-GPU trials
 apart
-# the transfer figures: the device route, the host-staging bounds (issue 30's limits), alone
-entry device-bound-2-ranks      40 both -- $M2 $CHECKS device-bound
+# the transfer figures: the device route under CUDA MPS and time-sliced (issue 57), the host-staging
+# bounds (issue 30's limits), alone
+entry device-bound-2-ranks-mps  40 gpu  -- $MPS $CHECKS device-bound
+entry device-bound-2-ranks      40 both -- $SLICED $CHECKS device-bound
 entry bound-2-ranks-host        40 both -- $M2 $HOST $CHECKS bound
 entry hvd-bound-2-ranks-host    45 both -- $M2 $HOST $CHECKS hvd-bound
 

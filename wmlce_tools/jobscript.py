@@ -183,6 +183,8 @@ class JobPlan:
                 "--mode", lay.mode]
         if self.request.gpu_binding:
             argv += ["--gpu-binding", self.site.gpu_binding]
+        if self.request.gpu_sharing and lay.ranks_per_gpu > 1:     # ddlrun starts CUDA MPS (ddlrun/mps.py)
+            argv += ["--gpu-sharing", self.request.gpu_sharing]
         if lay.emulated:
             argv += ["--emulate-nodes", str(lay.nodes)]
         for key, _ in self.exports:
@@ -193,17 +195,6 @@ class JobPlan:
         elif self.site.container is not None and self.site.container.image is not None:
             argv += ["--container", "none"]      # not the site's default image
         return argv + ["--", *self.program]
-
-    @property
-    def mps_argv(self) -> Optional[List[str]]:
-        """Starts CUDA MPS once on every node before ranks that share a GPU start (sites with
-        ``mps_per_node``; ALCF Polaris: ``mpiexec -n <nodes> --ppn 1`` running the daemon); None
-        where the job needs none."""
-        if self.layout.ranks_per_gpu == 1 or not self.site.mps_per_node:
-            return None
-        one_per_node = compile_layout(self.site, ResourceRequest(nodes=self.layout.nodes, ranks_per_node=1,
-                                                                 gpus_per_rank=0))
-        return launch_command(one_per_node, LaunchContext(site=self.site), ["nvidia-cuda-mps-control", "-d"])
 
     @property
     def launcher_argv(self) -> List[str]:
@@ -355,6 +346,9 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         raise WmlError(f"--alloc-flags is an LSF option; {site.name} uses {site.scheduler}")
     if req.gpu_binding and not site.node.gpus:
         raise WmlError(f"--gpu-binding: {site.name} nodes have no GPUs")
+    from .ddlrun.mps import choose as gpu_sharing
+
+    gpu_sharing(site, layout.ranks_per_gpu, req.gpu_sharing)     # one the site cannot run: one line, here
     container = launch.container
     if container is not None and site.scheduler == "local":
         from .container.check import check_image_here
@@ -460,7 +454,6 @@ def render_script(plan: JobPlan) -> str:
         extra_directives=[*(plan.container.directives(site.scheduler) if plan.container else ()), *plan.passthrough.lines],
         container_note=(f"each rank in {plan.container.runtime} image {plan.container.image}" if plan.container else None),
         launcher_line=sh_join(plan.launcher_argv),
-        mps_line=sh_join(plan.mps_argv) if plan.mps_argv else None,
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
         workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
         sweep_directives=plan.sweep.directives if plan.sweep else (), lsf_job_name=plan.request.job_name,

@@ -55,6 +55,7 @@ class JobOptions:
     rack_contiguous: Annotated[bool, typer.Option("--rack-contiguous", help="LSF expert mode: nodes in as few racks as possible.")] = False
     alloc_flags: Annotated[Optional[List[str]], typer.Option("--alloc-flags", help="LSF -alloc_flags words beside the SMT level, which follows --threads-per-core (e.g. 'gpumps NVME'; repeatable).")] = None
     gpu_binding: Annotated[Optional[str], typer.Option("--gpu-binding", help="per-rank: each rank sees only its GPUs; local-rank: one resource set per node with all its GPUs visible (CUDA IPC between them), each rank picks its GPU by local rank (default: the site's).")] = None
+    gpu_sharing: Annotated[Optional[str], typer.Option("--gpu-sharing", metavar="mps|time-slice", help="Ranks sharing a GPU (--ranks-per-gpu): mps: ddlrun starts one CUDA MPS control daemon per node before the ranks and stops it after them; time-slice: no MPS (default: the site profile's gpu_sharing, else time-slice).")] = None
     chain: Annotated[Optional[int], typer.Option("--chain", help="Run longer than a walltime: submit N jobs, each starting when the previous one ends (afterany); a signal before each walltime tells the ranks to checkpoint and stop (exit 75), the next job resumes from the checkpoint, and the job that finishes the run cancels the rest.")] = None
     checkpoint_dir: Annotated[Optional[str], typer.Option("--checkpoint-dir", help="With --chain: the directory every job of the chain checkpoints to and resumes from (default: checkpoints/ in the run's directory).")] = None
     signal_margin: Annotated[Optional[str], typer.Option("--signal-margin", help="With --chain: how long before the walltime the ranks get SIGUSR1 to checkpoint and stop; the same forms as -t (minutes, 5m, HH:MM:SS, or seconds as 90s; default: the site's, 5 minutes).")] = None
@@ -201,7 +202,7 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         after=opts.after, conda_env=opts.env, modules=tuple(opts.module or ()), exports=parse_exports(export or []),
         rack_contiguous=opts.rack_contiguous,
         alloc_flags=tuple(w for text in opts.alloc_flags or () for w in text.replace(",", " ").split()),
-        gpu_binding=opts.gpu_binding, stage_env=opts.stage_env, container=opts.container,
+        gpu_binding=opts.gpu_binding, gpu_sharing=opts.gpu_sharing, stage_env=opts.stage_env, container=opts.container,
         container_runtime=opts.container_runtime, stage_image=opts.stage_image, mem=opts.mem, exclusive=opts.exclusive,
         reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
         directives=tuple(opts.directive or ())), walltime_s

@@ -35,6 +35,7 @@ class ResourceRequest:
     rack_contiguous: bool = False
     alloc_flags: Tuple[str, ...] = ()         # LSF -alloc_flags words beyond the SMT level (gpumps, NVME)
     gpu_binding: Optional[str] = None         # per-rank | local-rank; default the site's
+    gpu_sharing: Optional[str] = None         # mps | time-slice (ranks sharing a GPU); default the site's
     stage_env: Optional[str] = None           # on | auto | off (--stage-env[=auto]); default the site's
     container: Optional[str] = None           # --container IMAGE (none: no container); default the site's image
     container_runtime: Optional[str] = None   # one of the site's container runtimes; default its own
@@ -73,6 +74,8 @@ class ResourceRequest:
                 raise WmlError(f"--alloc-flags {word!r}: the SMT level follows --threads-per-core; give --threads-per-core {word[3:]}")
         if self.gpu_binding not in (None, "per-rank", "local-rank"):
             raise WmlError(f"--gpu-binding {self.gpu_binding!r}: expected per-rank or local-rank")
+        if self.gpu_sharing not in (None, "mps", "time-slice"):
+            raise WmlError(f"--gpu-sharing {self.gpu_sharing!r}: expected mps or time-slice")
         if self.stage_env not in (None, "on", "auto", "off"):
             raise WmlError(f"--stage-env={self.stage_env}: expected --stage-env, --stage-env=auto or --stage-env=off")
         if self.stage_image not in (None, "on", "off"):

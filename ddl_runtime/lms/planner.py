@@ -19,6 +19,16 @@ Tensors saved first are swapped first (they wait longest for their use in backwa
 copy back has the most time); tensors of the last blocks are never worth swapping.
 Nothing moves when everything fits.
 
+Device memory is held by storages, not by the tensors saved: autograd often saves several views
+of one storage (attention's q, k and v sliced from one projection; a transposed weight input; a
+block's output that the next block saves again), and the storage is freed only when none of them
+holds it.  So the profile names, for every saved tensor, the storage it views (``SavedTensor.storage``:
+its first view's index; only that first view carries the storage's bytes), and every decision is
+made per storage: a storage is swapped with all its views, kept while any view is kept, and freed
+by recompute only when every view of it lies in recomputed blocks.  A recomputed unit's input
+costs nothing more where its storage is held anyway (``BlockProfile.input_storage``).  The peak
+(``peak_bytes``) and the bytes a plan reports count storages, so the device holds what the plan says.
+
 Two plans are made and the one predicted faster (that fits) is taken: block by block (swaps
 where they hide, then the blocks that free the most bytes per second of recompute, then paid
 swaps), and by segments (the free swaps, then every other block recomputed in segments, then
@@ -29,8 +39,9 @@ block by block, and a few segment inputs by segments (benchmarks/lms_predict.py)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 KEEP, SWAP, RECOMPUTE = "keep", "swap", "recompute"
 OVERLAP = 0.8          # the share of compute time copies are expected to hide behind
@@ -39,7 +50,8 @@ OVERLAP = 0.8          # the share of compute time copies are expected to hide b
 @dataclass(frozen=True)
 class SavedTensor:
     block: Optional[int]   # index into Profile.blocks; None: saved outside any block
-    nbytes: int
+    nbytes: int            # its storage's bytes where it is the first view of it saved; 0 for the others
+    storage: Optional[int] = None   # the index of the first view saved of its storage (None: this one)
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class BlockProfile:
     input_bytes: int       # what a recompute keeps (the block's inputs)
     recomputable: bool = True
     chains: bool = False   # its only input is the previous block's output: it may join its segment
+    input_storage: Optional[int] = None   # the saved storage (its first view's index) its input views, if any
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,25 @@ class Profile:
     @property
     def saved_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors)
+
+    def root(self, i: int) -> int:
+        """The storage of saved tensor i: the index of its first view saved."""
+        r = self.tensors[i].storage
+        return i if r is None else r
+
+    @functools.cached_property
+    def storages(self) -> Dict[int, Tuple[int, ...]]:
+        """Each storage (its first view's index) and the indices of every view of it saved, in order."""
+        out: Dict[int, List[int]] = {}
+        for i in range(len(self.tensors)):
+            out.setdefault(self.root(i), []).append(i)
+        return {r: tuple(m) for r, m in out.items()}
+
+    def storage_bytes(self, root: int) -> int:
+        return sum(self.tensors[i].nbytes for i in self.storages[root])
+
+    def storage_blocks(self, root: int) -> Set[Optional[int]]:
+        return {self.tensors[i].block for i in self.storages[root]}
 
 
 @dataclass(frozen=True)
@@ -111,19 +143,22 @@ def keep_all(profile: Profile, budget_bytes: int) -> Plan:
 
 def peak_bytes(profile: Profile, plan: Plan) -> int:
     """The most saved-activation bytes on the device at once under ``plan``: at the end of forward,
-    or in backward while a unit is recomputed (the blocks after it are freed by then, those
-    before it still hold what they keep, and the whole unit's tensors are back at once)."""
+    or in backward while a unit is recomputed (the blocks after it are freed by then, those before
+    it still hold what they keep, and the whole unit's tensors are back at once).  A storage held by
+    any view kept counts once, in the block that saved it first; a recomputed unit's input counts
+    unless its storage is held (or swapped) anyway."""
     held = [0] * len(profile.blocks)
     loose = 0
-    for t, d in zip(profile.tensors, plan.tensors):
-        if d == KEEP:
-            if t.block is None:
-                loose += t.nbytes
-            else:
-                held[t.block] += t.nbytes
+    resident = _resident(profile, plan.tensors)
+    for root in resident:
+        block = profile.tensors[root].block
+        if block is None:
+            loose += profile.storage_bytes(root)
+        else:
+            held[block] += profile.storage_bytes(root)
     units = plan.units()
     for first, _ in units:
-        if first not in plan.swap_inputs:
+        if first not in plan.swap_inputs and not _input_covered(profile, first, plan.tensors):
             held[first] += profile.blocks[first].input_bytes
     peak = loose + sum(held)
     ends = {last: first for first, last in units}
@@ -134,6 +169,68 @@ def peak_bytes(profile: Profile, plan: Plan) -> int:
             first = ends[b]
             peak = max(peak, upto + sum(profile.block_bytes(k) for k in range(first, b + 1)))
     return peak
+
+
+def _resident(profile: Profile, decision) -> List[int]:
+    """The storages some kept view holds on the device."""
+    return [r for r, members in profile.storages.items() if any(decision[i] == KEEP for i in members)]
+
+
+def _input_covered(profile: Profile, b: int, decision) -> bool:
+    """Block b's input views a storage that is kept or swapped with its views anyway (the previous
+    block's output, saved there): its recompute keeps nothing more."""
+    r = profile.blocks[b].input_storage
+    return r is not None and r in profile.storages and \
+        any(decision[i] in (KEEP, SWAP) for i in profile.storages[r])
+
+
+def _account(profile: Profile, decision, units, swap_inputs) -> Tuple[int, int, int]:
+    """(kept, swapped, recomputed) bytes, storage by storage, the recomputed units' inputs included."""
+    kept = swapped = recomputed = 0
+    for r, members in profile.storages.items():
+        n = profile.storage_bytes(r)
+        ds = {decision[i] for i in members}
+        if KEEP in ds:
+            kept += n
+        elif SWAP in ds:
+            swapped += n
+        else:
+            recomputed += n
+    for first, _ in units:
+        if _input_covered(profile, first, decision):
+            continue
+        if first in swap_inputs:
+            swapped += profile.blocks[first].input_bytes
+        else:
+            kept += profile.blocks[first].input_bytes
+    return kept, swapped, recomputed
+
+
+def _swap_order(profile: Profile, min_swap_bytes: int, last: Optional[int]) -> List[int]:
+    """The storages that may be swapped, first saved first: at least ``min_swap_bytes``, and no
+    view of them saved by the last block (used first in backward: a copy back would have no time)."""
+    return [r for r in profile.storages
+            if profile.storage_bytes(r) >= min_swap_bytes and profile.storage_bytes(r) > 0
+            and (last is None or last not in profile.storage_blocks(r))]
+
+
+def _swap_storage(profile: Profile, decision: List[str], root: int) -> int:
+    """Swap the storage with every view of it (those in recomputed blocks are not saved); its bytes."""
+    for i in profile.storages[root]:
+        if decision[i] != RECOMPUTE:
+            decision[i] = SWAP
+    return profile.storage_bytes(root)
+
+
+def _freed_by(profile: Profile, b: int) -> int:
+    """The bytes recomputing block b alone frees: the storages only it saves, less its input unless
+    that input's storage is saved outside b too (the previous block's output: held anyway)."""
+    own = sum(profile.storage_bytes(r) for r, members in profile.storages.items()
+              if all(profile.tensors[i].block == b for i in members))
+    block = profile.blocks[b]
+    r = block.input_storage
+    held = r is not None and r in profile.storages and any(profile.tensors[i].block != b for i in profile.storages[r])
+    return own - (0 if held else block.input_bytes)
 
 
 def make_plan(profile: Profile, budget_bytes: int, min_swap_bytes: int = 1 << 20) -> Plan:
@@ -198,29 +295,28 @@ def _plan_segments(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> 
     last = max((t.block for t in profile.tensors if t.block is not None), default=None)
     excess = profile.saved_bytes - budget_bytes
     swapped = 0
-    for i, t in enumerate(profile.tensors):     # the swaps that hide behind compute, earliest first
-        if excess <= 0 or swapped + t.nbytes > free_swap:
+    for r in _swap_order(profile, min_swap_bytes, last):     # the swaps that hide behind compute, earliest first
+        nbytes = profile.storage_bytes(r)
+        if excess <= 0 or swapped + nbytes > free_swap:
             break
-        if t.nbytes >= min_swap_bytes and not (last is not None and t.block == last):
-            decision[i] = SWAP
-            swapped += t.nbytes
-            excess -= t.nbytes
+        swapped += _swap_storage(profile, decision, r)
+        excess -= nbytes
     by_block: dict = {}
     for i, t in enumerate(profile.tensors):
         if t.block is not None:
             by_block.setdefault(t.block, []).append(i)
     movable = [b for b, block in enumerate(profile.blocks)
-               if block.recomputable and b in by_block and all(decision[i] == KEEP for i in by_block[b])]
+               if block.recomputable and b in by_block and _own_kept(profile, decision, b, by_block[b])]
     if not movable:
         return None
     kept = [0] * len(profile.blocks)
     loose = 0
-    for t, d in zip(profile.tensors, decision):
-        if d == KEEP:
-            if t.block is None:
-                loose += t.nbytes
-            else:
-                kept[t.block] += t.nbytes
+    for r in _resident(profile, decision):
+        block = profile.tensors[r].block
+        if block is None:
+            loose += profile.storage_bytes(r)
+        else:
+            kept[block] += profile.storage_bytes(r)
 
     def plan_for(recomputed: set, cap: int) -> Plan:
         d = list(decision)
@@ -228,12 +324,10 @@ def _plan_segments(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> 
             for i in by_block[b]:
                 d[i] = RECOMPUTE
         units = _segments(profile, recomputed, kept, loose, budget_bytes, cap)
-        kept_bytes = sum(t.nbytes for t, x in zip(profile.tensors, d) if x == KEEP)
-        kept_bytes += sum(profile.blocks[a].input_bytes for a, _ in units)
-        recomputed_bytes = sum(t.nbytes for t, x in zip(profile.tensors, d) if x == RECOMPUTE)
+        kept_bytes, swapped_bytes, recomputed_bytes = _account(profile, d, units, ())
         extra = sum(profile.blocks[b].forward_s for b in recomputed)
-        return Plan(tuple(d), frozenset(recomputed), budget_bytes, kept_bytes, swapped, recomputed_bytes, extra,
-                    True, frozenset(), units)
+        return Plan(tuple(d), frozenset(recomputed), budget_bytes, kept_bytes, swapped_bytes, recomputed_bytes,
+                    extra, True, frozenset(), units)
 
     best = None
     cap = float(max(1, min(profile.block_bytes(b) for b in movable)))   # a block may save 0 new bytes
@@ -255,6 +349,12 @@ def _plan_segments(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> 
         cap = min(cap * 1.25, float(profile.saved_bytes))
 
 
+def _own_kept(profile: Profile, decision, b: int, idx) -> bool:
+    """No storage first saved in block b is swapped (views of earlier storages may be: their
+    storage goes to the host whether b is recomputed or not)."""
+    return all(decision[i] == KEEP for i in idx if profile.tensors[profile.root(i)].block == b)
+
+
 def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan:
     total = profile.saved_bytes
     if total <= budget_bytes:
@@ -265,17 +365,15 @@ def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan
     free_swap = bw * profile.forward_s * OVERLAP
     # the last block's tensors are used first in backward: a copy back would have no time
     last = max((t.block for t in profile.tensors if t.block is not None), default=None)
-    order = [i for i, t in enumerate(profile.tensors)
-             if t.nbytes >= min_swap_bytes and not (last is not None and t.block == last)]
+    order = _swap_order(profile, min_swap_bytes, last)     # storages, first saved first
     pos = 0           # next swap candidate in `order`
     swapped = 0
     extra = 0.0
     # 1. swaps that hide behind compute
-    while excess > 0 and pos < len(order) and swapped + profile.tensors[order[pos]].nbytes <= free_swap:
-        i = order[pos]
-        decision[i] = SWAP
-        swapped += profile.tensors[i].nbytes
-        excess -= profile.tensors[i].nbytes
+    while excess > 0 and pos < len(order) and swapped + profile.storage_bytes(order[pos]) <= free_swap:
+        nbytes = _swap_storage(profile, decision, order[pos])
+        swapped += nbytes
+        excess -= nbytes
         pos += 1
     # 2. the rest: recompute a block where it frees more bytes per second than a stalled copy
     recompute = set()
@@ -284,9 +382,9 @@ def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan
         if not block.recomputable:
             continue
         idx = [i for i, t in enumerate(profile.tensors) if t.block == b]
-        if any(decision[i] != KEEP for i in idx):
+        if not _own_kept(profile, decision, b, idx):
             continue
-        freed = sum(profile.tensors[i].nbytes for i in idx) - block.input_bytes
+        freed = _freed_by(profile, b)
         if freed > 0:
             candidates.append((freed / max(block.forward_s, 1e-9), b, freed, idx))
     candidates.sort(key=lambda c: -c[0])
@@ -301,10 +399,10 @@ def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan
             ci += 1
         cand = candidates[ci] if ci < len(candidates) else None
         if cand is not None and (nxt is None or cand[0] >= bw):
-            # skip a block whose tensors were swapped meanwhile
+            # skip a block whose storages were swapped meanwhile
             ratio, b, freed, idx = cand
             ci += 1
-            if any(decision[i] != KEEP for i in idx):
+            if not _own_kept(profile, decision, b, idx):
                 continue
             recompute.add(b)
             for i in idx:
@@ -312,8 +410,7 @@ def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan
             excess -= freed
             extra += profile.blocks[b].forward_s
         elif nxt is not None:
-            decision[nxt] = SWAP
-            nbytes = profile.tensors[nxt].nbytes
+            nbytes = _swap_storage(profile, decision, nxt)
             swapped += nbytes
             excess -= nbytes
             extra += max(0.0, min(nbytes, swapped - free_swap)) / bw
@@ -326,14 +423,13 @@ def _plan_once(profile: Profile, budget_bytes: int, min_swap_bytes: int) -> Plan
         if excess <= 0:
             break
         nbytes = profile.blocks[b].input_bytes
-        if nbytes < min_swap_bytes or b == last:
+        if nbytes < min_swap_bytes or b == last or _input_covered(profile, b, decision):
             continue
         swap_inputs.add(b)
         swapped += nbytes
         excess -= nbytes
         extra += max(0.0, min(nbytes, swapped - free_swap)) / bw
-    kept = sum(t.nbytes for t, d in zip(profile.tensors, decision) if d == KEEP)
-    recomputed = sum(t.nbytes for t, d in zip(profile.tensors, decision) if d == RECOMPUTE)
-    kept += sum(profile.blocks[b].input_bytes for b in recompute - swap_inputs)
-    return Plan(tuple(decision), frozenset(recompute), budget_bytes, kept, swapped, recomputed, extra,
-                excess <= 0, frozenset(swap_inputs), tuple((b, b) for b in sorted(recompute)))
+    units = tuple((b, b) for b in sorted(recompute))
+    kept, swapped_bytes, recomputed = _account(profile, decision, units, swap_inputs)
+    return Plan(tuple(decision), frozenset(recompute), budget_bytes, kept, swapped_bytes, recomputed, extra,
+                excess <= 0, frozenset(swap_inputs), units)

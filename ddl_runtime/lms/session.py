@@ -10,7 +10,10 @@ the recompute so they are updated once).
 
 Step 1 is the profile step: every saved tensor's bytes and block, every block's forward time and
 the bandwidth (measured once per process) are recorded, while tensors are kept as long as the
-device holds less than the budget and swapped beyond it (WML CE's rule).  At the start of step
+device holds less than the budget and swapped beyond it (WML CE's rule).  Memory is a storage's:
+the views autograd saves of one storage are recorded as that storage (its bytes once), and a
+storage is kept or swapped whole, with every view of it (a swapped storage goes to the host in one
+copy and comes back in one; each view is rebuilt on it with its own offset, shape and strides).  At the start of step
 2 the planner (``planner.make_plan``) decides per tensor; a step whose saved bytes differ from
 the profile's by more than a tenth (a new batch size) profiles again.
 """
@@ -83,13 +86,38 @@ class Stats:
 
 
 class _Handle:
-    """A swapped tensor: its host copy, and its device copy while one is back."""
+    """A swapped storage: its host copy, and its device copy while one is back (bytes: uint8)."""
     __slots__ = ("host", "out_event", "dev", "in_event", "nbytes", "uses", "block", "graph", "__weakref__")
 
     def __init__(self, host, out_event, nbytes, block, graph):
         self.host, self.out_event, self.nbytes, self.block, self.graph = host, out_event, nbytes, block, graph
         self.dev = self.in_event = None
         self.uses = 0
+
+
+class _View:
+    """A saved view of a swapped storage: rebuilt on the storage's device copy when unpacked."""
+    __slots__ = ("handle", "dtype", "offset", "size", "stride")
+
+    def __init__(self, handle: _Handle, t: torch.Tensor) -> None:
+        self.handle, self.dtype = handle, t.dtype
+        self.offset, self.size, self.stride = t.storage_offset(), tuple(t.shape), tuple(t.stride())
+
+    def on(self, dev: torch.Tensor) -> torch.Tensor:
+        return torch.empty(0, dtype=self.dtype, device=dev.device).set_(dev.untyped_storage(), self.offset,
+                                                                         self.size, self.stride)
+
+
+class _Stored:
+    """A storage saved in this step: its first view's index (None: first saved as a recomputed
+    block's input), and how it is held: swapped (its handle) or kept (the stand-in's count)."""
+    __slots__ = ("storage", "root", "handle", "keeper")
+
+    def __init__(self, storage, root: Optional[int]) -> None:
+        self.storage = weakref.ref(storage)      # dead once the storage is freed (its address may be reused)
+        self.root = root
+        self.handle: Optional[_Handle] = None
+        self.keeper = None
 
 
 class _Graph:
@@ -224,6 +252,7 @@ class Session:
         self._rec_tensors: List[planner.SavedTensor] = []
         self._rec_times: List[float] = [0.0] * len(self.blocks)
         self._rec_inputs: List[int] = [0] * len(self.blocks)
+        self._rec_input_roots: List[Optional[int]] = [None] * len(self.blocks)
         self._rec_calls: List[int] = [0] * len(self.blocks)
         self._span_end: List[int] = [0] * len(self.blocks)
         self._expected_bytes = 0
@@ -237,7 +266,7 @@ class Session:
         self._inputs_of: Optional[int] = None
         self._index = 0
         self._graph: Optional[_Graph] = None
-        self._dedupe: Dict[tuple, tuple] = {}
+        self._stored: Dict[int, _Stored] = {}    # this step's saved storages by address
         self._param_ptrs: set = set()
         self._limit = self.budget
         self._biggest = 0                  # the largest tensor the profile step has seen saved
@@ -300,6 +329,7 @@ class Session:
                 elapsed = self.transfer.timer()
                 out = forward(*args, **kwargs)
                 self._rec_times[b] += elapsed()
+                self._rec_input_roots[b] = self._input_root(args, kwargs)
                 self._rec_simple[b] = self._rec_simple[b] and len(args) == 1 and not kwargs \
                     and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor)
                 return out
@@ -366,7 +396,7 @@ class Session:
             self._check_waits()
         self._graph = _Graph()
         self._skip = None
-        self._dedupe = {}
+        self._stored = {}
         self._index = 0
         self._step_bytes = 0
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
@@ -393,6 +423,7 @@ class Session:
         self._rec_tensors = []
         self._rec_times = [0.0] * len(self.blocks)
         self._rec_inputs = [0] * len(self.blocks)
+        self._rec_input_roots = [None] * len(self.blocks)
         self._rec_calls = [0] * len(self.blocks)
         self._rec_simple = [True] * len(self.blocks)
 
@@ -442,9 +473,10 @@ class Session:
         self._chains = chained_blocks(self.model, self.blocks)
         self._profile = planner.Profile(
             tuple(self._rec_tensors),
-            tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1, self._chains_at(b))
-                  for b, ((name, block), t, i, calls) in enumerate(zip(self.blocks, self._rec_times, self._rec_inputs,
-                                                                       self._rec_calls))),
+            tuple(planner.BlockProfile(name, t, i, block is not self.model and calls == 1, self._chains_at(b), root)
+                  for b, ((name, block), t, i, calls, root) in enumerate(zip(self.blocks, self._rec_times,
+                                                                             self._rec_inputs, self._rec_calls,
+                                                                             self._rec_input_roots))),
             self.transfer.bandwidth())
         self._profiling = False
         self._corrections = 0
@@ -459,8 +491,9 @@ class Session:
         for i, t in enumerate(self._profile.tensors):
             if t.block is not None:
                 self._span_end[t.block] = i + 1
-        self._expected_bytes = sum(t.nbytes for t, d in zip(self._profile.tensors, self._plan.tensors)
-                                   if d != planner.RECOMPUTE)
+        prof, decision = self._profile, self._plan.tensors     # the storages some view of which is saved
+        self._expected_bytes = sum(prof.storage_bytes(r) for r, members in prof.storages.items()
+                                   if any(decision[i] != planner.RECOMPUTE for i in members))
         tl = _timeline()
         if tl is not None:
             now = time.perf_counter()
@@ -522,46 +555,63 @@ class Session:
         if inputs_of is None:
             index = self._index
             self._index += 1
-        graph = self._graph
         try:
-            ptr = t.untyped_storage().data_ptr()
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
         except (RuntimeError, NotImplementedError):   # sparse, nested, ...: keep
             ptr = None
         if ptr is None or ptr in self._param_ptrs or t.device.type == "meta":
             if inputs_of is None:
                 self._record(index, 0)
             return t
-        key = (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        seen = self._dedupe.get(key)
-        if seen is not None and seen[0]() is not None:       # saved before: no new bytes
+        entry = self._stored.get(ptr)
+        if entry is not None and entry.storage() is not storage:
+            entry = None                    # that storage was freed and its address reused
+        if entry is None:                   # a storage not saved before in this step
+            nbytes = storage.nbytes()
             if inputs_of is None:
-                self._record(index, 0)
-            handle = seen[1]
-            if handle is None:
-                return t
-            handle.uses += 1
-            return handle
-        nbytes = t.nbytes
-        if inputs_of is None:
-            self._record(index, nbytes)
-            self._step_bytes += nbytes
-            swap = self._swap(index, nbytes)
-        else:
-            swap = inputs_of in self._plan.swap_inputs and nbytes >= self.size
-        if not swap:
-            self._dedupe[key] = (weakref.ref(t), None)
-            if isinstance(self.transfer, HostStandIn):
-                self.transfer.account(nbytes)
-                return _Kept(t, self.transfer)
-            return t
-        host, event = self.transfer.to_host(t)
+                self._record(index, nbytes)
+                self._step_bytes += nbytes
+                swap = self._swap(index, nbytes)
+            else:
+                swap = inputs_of in self._plan.swap_inputs and nbytes >= self.size and nbytes > 0
+            entry = self._stored[ptr] = _Stored(storage, index if inputs_of is None else None)
+            if swap:
+                entry.handle = self._swap_out(storage, t.device, nbytes)
+        elif inputs_of is None:             # another view of a saved storage: no new bytes, its storage's fate
+            self._record(index, 0, entry.root)
+        if entry.handle is not None:
+            entry.handle.uses += 1
+            return _View(entry.handle, t)
+        if isinstance(self.transfer, HostStandIn):     # the stand-in counts the storage once, while any view is kept
+            keeper = entry.keeper() if entry.keeper is not None else None
+            if keeper is None:
+                keeper = _KeptStorage(storage.nbytes(), self.transfer)
+                entry.keeper = weakref.ref(keeper)
+            return _Kept(t, keeper)
+        return t
+
+    def _swap_out(self, storage, device: torch.device, nbytes: int) -> _Handle:
+        """Start copying a whole storage to the host (as bytes); its handle."""
+        whole = torch.empty(0, dtype=torch.uint8, device=device).set_(storage, 0, (nbytes,), (1,))
+        host, event = self.transfer.to_host(whole)
         if self._profiling:
             self._outbound.append((event, nbytes))
-        handle = _Handle(host, event, nbytes, self._block, graph)
-        handle.uses = 1
-        graph.swapped.append(weakref.ref(handle))
-        self._dedupe[key] = (weakref.ref(t), handle)   # while t lives, nothing else has its address
+        handle = _Handle(host, event, nbytes, self._block, self._graph)
+        self._graph.swapped.append(weakref.ref(handle))
         return handle
+
+    def _input_root(self, args, kwargs) -> Optional[int]:
+        """The saved storage (its first view's index) a block's one tensor input views, if saved."""
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if len(tensors) != 1:
+            return None
+        try:
+            storage = tensors[0].untyped_storage()
+            entry = self._stored.get(storage.data_ptr())
+        except (RuntimeError, NotImplementedError):
+            return None
+        return entry.root if entry is not None and entry.storage() is storage else None
 
     def _outbound_bytes(self) -> int:
         """Bytes of swapped tensors still being copied out (oldest first; those done are let go)."""
@@ -570,9 +620,9 @@ class Session:
             out.popleft()
         return sum(n for _, n in out)
 
-    def _record(self, index: int, nbytes: int) -> None:
+    def _record(self, index: int, nbytes: int, storage: Optional[int] = None) -> None:
         if self._profiling:
-            self._rec_tensors.append(planner.SavedTensor(self._block, nbytes))
+            self._rec_tensors.append(planner.SavedTensor(self._block, nbytes, storage))
 
     def _swap(self, index: int, nbytes: int) -> bool:
         if nbytes < self.size or nbytes == 0:
@@ -591,8 +641,9 @@ class Session:
     def _unpack(self, packed):
         if isinstance(packed, _Kept):
             return packed.t
-        if not isinstance(packed, _Handle):
+        if not isinstance(packed, _View):
             return packed
+        view, packed = packed, packed.handle
         graph = packed.graph
         if not graph.in_backward:
             try:                        # at the end of this backward, copies not used are let go
@@ -612,7 +663,7 @@ class Session:
                 now = time.perf_counter()
                 tl.span("LMS_WAIT", 2, now - waited, now, {"bytes": packed.nbytes,
                                                            "block": self._block_name(packed.block)})
-        t = packed.dev
+        t = view.on(packed.dev)
         packed.uses -= 1
         if packed.uses <= 0:
             self._release(packed)
@@ -681,15 +732,25 @@ class Session:
         self._start_profile()
 
 
-class _Kept:
-    """A kept tensor on the host stand-in: counted as device bytes until autograd drops it."""
-    __slots__ = ("t", "transfer", "nbytes")
+class _KeptStorage:
+    """A kept storage on the host stand-in: its bytes count as device bytes, once, while any kept
+    view of it (``_Kept``) lives."""
+    __slots__ = ("transfer", "nbytes", "__weakref__")
 
-    def __init__(self, t, transfer):
-        self.t, self.transfer, self.nbytes = t, transfer, t.nbytes
+    def __init__(self, nbytes: int, transfer) -> None:
+        self.transfer, self.nbytes = transfer, nbytes
+        transfer.account(nbytes)
 
     def __del__(self):
         self.transfer.account(-self.nbytes)
+
+
+class _Kept:
+    """A kept view on the host stand-in: holds its storage's count until autograd drops it."""
+    __slots__ = ("t", "keeper")
+
+    def __init__(self, t, keeper: _KeptStorage):
+        self.t, self.keeper = t, keeper
 
 
 class _Recompute:

@@ -206,14 +206,23 @@ def test_idle_warning_names_the_fix_for_the_request_given(program):
                                      "uses all 4")
 
 
-def test_polaris_starts_mps_on_every_node_before_the_ranks(program):
-    """ALCF, "Using MPS in Multi-node Jobs": mpiexec -n <nodes> --ppn 1 starts the MPS control
-    daemon on each node, then the application runs as usual."""
-    _, script = render("polaris", program, **SHARED_JOBS["polaris"])
-    lines = script.splitlines()
-    mps = lines.index("mpiexec -n 2 --ppn 1 --depth=32 --cpu-bind depth nvidia-cuda-mps-control -d")
-    assert mps < len(lines) - 1 and "--ranks-per-gpu 2" in lines[-1]      # ddlrun, the last line, after it
-    for site, kw in (("polaris", {**SHARED_JOBS["polaris"], "ranks_per_gpu": None}),
-                     ("perlmutter", SHARED_JOBS["perlmutter"]), ("summit", SHARED_JOBS["summit"])):
+def test_the_job_script_leaves_mps_to_ddlrun_and_passes_the_users_choice(program):
+    """ALCF, "Using MPS in Multi-node Jobs": the MPS control daemon on each node before the ranks.
+    ddlrun starts it (ddlrun/mps.py, from the site's gpu_sharing), so the job script does not (one
+    way); --gpu-sharing reaches ddlrun's line; a choice the site cannot run is one line at render."""
+    for site, kw in (("polaris", SHARED_JOBS["polaris"]), ("perlmutter", SHARED_JOBS["perlmutter"]),
+                     ("summit", SHARED_JOBS["summit"])):
         _, script = render(site, program, **kw)
-        assert "nvidia-cuda-mps-control" not in script, site
+        assert "nvidia-cuda-mps-control" not in script and "--gpu-sharing" not in script, site
+    for choice in ("mps", "time-slice"):
+        _, script = render("polaris", program, gpu_sharing=choice, **SHARED_JOBS["polaris"])
+        ddl = script.splitlines()[-1].split()
+        assert ddl[ddl.index("--gpu-sharing") + 1] == choice and ddl.index("--gpu-sharing") < ddl.index("--")
+    _, script = render("polaris", program, gpu_sharing="mps", **{**SHARED_JOBS["polaris"], "ranks_per_gpu": None})
+    assert "--gpu-sharing" not in script               # no GPU shared: nothing to say
+    with pytest.raises(WmlError, match=r"^--gpu-sharing time-slice: summit's GPUs are in EXCLUSIVE_PROCESS mode"):
+        render("summit", program, gpu_sharing="time-slice", **SHARED_JOBS["summit"])
+    with pytest.raises(WmlError, match=r"^--gpu-sharing mps: CUDA MPS is NVIDIA's, and frontier's GPUs are not"):
+        render("frontier", program, gpu_sharing="mps", **SHARED_JOBS["frontier"])
+    with pytest.raises(WmlError, match=r"^--gpu-sharing 'on': expected mps or time-slice$"):
+        render("polaris", program, gpu_sharing="on", **SHARED_JOBS["polaris"])

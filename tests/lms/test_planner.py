@@ -118,3 +118,55 @@ def test_a_block_that_saves_no_new_bytes_does_not_stop_the_segment_search():
     p = Profile(tensors, tuple(BlockProfile(f"b{b}", 0.01, MB, chains=b > 0) for b in range(12)), 1e8)
     plan = make_plan(p, 20 * MB)
     assert plan.fits and peak_bytes(p, plan) <= 20 * MB
+
+
+def views(blocks=8, storage=6 * MB, own=2 * MB, bandwidth=1e12):
+    """Each block saves three views of one storage (q, k, v of one projection; only the first view
+    carries the storage's bytes) and one tensor of its own."""
+    tensors = []
+    for b in range(blocks):
+        first = len(tensors)
+        tensors += [SavedTensor(b, storage), SavedTensor(b, 0, first), SavedTensor(b, own), SavedTensor(b, 0, first)]
+    return Profile(tuple(tensors), tuple(BlockProfile(f"b{b}", 0.01, own) for b in range(blocks)), bandwidth)
+
+
+def test_a_storage_is_swapped_with_all_its_views_and_held_while_one_is_kept():
+    p = views()
+    assert p.saved_bytes == 8 * 8 * MB and p.storages[0] == (0, 1, 3)
+    for budget in (10 * MB, 25 * MB, 40 * MB):
+        plan = make_plan(p, budget)
+        for members in p.storages.values():
+            assert len({plan.tensors[i] for i in members}) == 1, plan.tensors
+        assert plan.fits and peak_bytes(p, plan) <= budget
+        assert plan.kept_bytes + plan.swapped_bytes == p.saved_bytes
+    # one view swapped, another kept: the storage stays on the device, counted once
+    d = [KEEP] * len(p.tensors)
+    d[0] = SWAP
+    half = Plan(tuple(d), frozenset(), 0, 0, 0, 0, 0.0, True)
+    assert peak_bytes(p, half) == p.saved_bytes
+    d[1] = d[3] = SWAP
+    whole = Plan(tuple(d), frozenset(), 0, 0, 0, 0, 0.0, True)
+    assert peak_bytes(p, whole) == p.saved_bytes - 6 * MB
+
+
+def test_a_blocks_output_saved_again_by_the_next_block_is_not_freed_by_recomputing_the_first():
+    """A block saves its output (ReLU) and the next block saves it again (its input): recomputing the
+    first keeps it held by the second; the next block's recompute keeps it as its input, once."""
+    blocks, inner, out = 6, 4 * MB, MB
+    tensors, inputs = [], []
+    for b in range(blocks):
+        inputs.append(len(tensors) - 1 if b else None)      # the previous block's output
+        if b:
+            tensors.append(SavedTensor(b, 0, inputs[b]))     # saves its input: a view of that output
+        tensors += [SavedTensor(b, inner), SavedTensor(b, out)]
+    p = Profile(tuple(tensors), tuple(BlockProfile(f"b{b}", 0.01, out if b else 0, input_storage=inputs[b])
+                                      for b in range(blocks)), 1e6)      # a slow link: recompute
+    plan = make_plan(p, p.saved_bytes - 12 * MB)
+    assert plan.recompute and plan.fits
+    assert peak_bytes(p, plan) <= p.saved_bytes - 12 * MB
+    every = Plan(tuple(RECOMPUTE if t.block in (1, 2) else KEEP for t in p.tensors), frozenset({1, 2}),
+                 0, 0, 0, 0, 0.0, True, segments=((1, 1), (2, 2)))
+    # blocks 1 and 2 recomputed: their inner tensors go; block 0's output stays (block 0 keeps it:
+    # block 1's input costs nothing more), block 1's output stays as block 2's input (once), block 2's
+    # output stays (block 3 saves it)
+    assert peak_bytes(p, every) == p.saved_bytes - 2 * inner

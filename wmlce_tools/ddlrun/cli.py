@@ -2,6 +2,7 @@
 
     ddlrun [-H h1,h2 | --hostfile FILE] [-n N] [--ranks-per-node K] [--gpus-per-rank G] [--ranks-per-gpu K]
            [--cores-per-rank C] [--threads-per-core T] [--gpu-binding per-rank|local-rank]
+           [--gpu-sharing mps|time-slice]
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
            [--timeline FILE] [--horovod] [--lms] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
@@ -58,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="per-rank: each rank sees only its GPUs; local-rank: all the node's GPUs "
                    "visible (CUDA IPC between them), each rank picks its own by local rank "
                    "(default: the site's)")
+    p.add_argument("--gpu-sharing", choices=("mps", "time-slice"), help="ranks sharing a GPU (--ranks-per-gpu): "
+                   "mps: ddlrun starts one CUDA MPS control daemon per node before the ranks and stops it after "
+                   "them (a daemon that does not start stops the job before any rank starts); time-slice: no MPS "
+                   "(default: the site profile's gpu_sharing, else time-slice)")
     p.add_argument("--site", help="site profile (default: $WML_SITE, detection, then 'local')")
     p.add_argument("--mode", help="DDL topology p:<ranks per node>x<nodes per rack>x<racks>x<aisles> "
                    "(default: from the layout)")
@@ -152,7 +157,7 @@ def parse_args(argv: Sequence[str]):
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
                          check=a.check, dry_run=a.dry_run, verbose=a.verbose,
                          container=a.container, container_runtime=a.container_runtime,
-                         stage_image=a.stage_image)
+                         stage_image=a.stage_image, gpu_sharing=a.gpu_sharing)
 
 
 def _describe(plan) -> str:
@@ -188,6 +193,8 @@ def run_cli(argv: Sequence[str]) -> int:
 
         if not check_hosts(plan, sys.stderr, conclude=plan.container is None or opts.dry_run):
             return 1
+        if plan.gpu_sharing is not None:      # ranks sharing a GPU: MPS or time-sliced, and why
+            sys.stderr.write(f"ddlrun: {plan.gpu_sharing.describe()}\n")
     if plan.container is not None and not opts.dry_run:   # before any rank starts: one line, naming the node
         import dataclasses
 
@@ -222,10 +229,13 @@ def run_cli(argv: Sequence[str]) -> int:
 
         sys.stdout.write(dry_run_text(plan))
         return 0
+    from .mps import around_ranks
+    from .plan import _once_per_node
     from .runner import run
 
     try:
-        code = run(plan)
+        with around_ranks(plan, sys.stderr, _once_per_node):      # CUDA MPS's daemons, where ddlrun starts them
+            code = run(plan)
     finally:
         _release_image(plan)
     from ..runstats.endline import print_end_line

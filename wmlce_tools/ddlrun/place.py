@@ -19,6 +19,8 @@ NODE_PREFIX_VAR = "WML_STAGE_NODE_PREFIX"
 #: set by the job script after staging: the shared env's prefix the copy was made from
 FROM_VAR = "WML_STAGED_FROM"
 _VAR = re.compile(r"\$(\w+|\{\w+\})")
+#: directories ddlrun hands every rank that may name ``{node}`` (CUDA MPS's, ddlrun/mps.py)
+NODE_PATH_VARS = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
 
 
 def node_name(node_index: int | None = None, environ: dict | None = None) -> str:
@@ -57,6 +59,14 @@ def unset(template: str, environ: dict | None = None) -> list:
     """The ``$VARIABLES`` of ``template`` this node's environment lacks (the place would be wrong)."""
     env = os.environ if environ is None else environ
     return [m.group(1).strip("{}") for m in _VAR.finditer(template) if m.group(1).strip("{}") not in env]
+
+
+def node_paths(env: dict, node_index: int) -> None:
+    """The ``NODE_PATH_VARS`` whose value holds ``{node}`` (emulated nodes sharing one host, each
+    with its own directory): as this rank's node is called."""
+    for var in NODE_PATH_VARS:
+        if NODE_TOKEN in env.get(var, ""):
+            env[var] = env[var].replace(NODE_TOKEN, node_name(node_index, env))
 
 
 def rank_environment(env: dict, node_index: int) -> None:

@@ -28,6 +28,7 @@ from .rankfile import host_file, hostfile_bytes, placement_file
 if TYPE_CHECKING:
     from ..container.launch import ContainerLaunch
     from ..container.stage import ImageCopy
+    from .mps import GpuSharing
 
 JOB_ID_VARS = ("LSB_JOBID", "SLURM_JOB_ID", "COBALT_JOBID", "PBS_JOBID", "WML_JOB_ID")
 PORT_LOW, PORT_SPAN = 20000, 40000
@@ -70,6 +71,7 @@ class DdlrunOptions:
     container: Optional[str] = None      # --container IMAGE (none: no container, not even the site's default)
     container_runtime: Optional[str] = None
     stage_image: Optional[str] = None    # --stage-image on|off (None: the site's container.stage)
+    gpu_sharing: Optional[str] = None    # --gpu-sharing mps|time-slice (None: the site's; ddlrun/mps.py)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class Launch:
     hostfile: Optional[str] = None       # host file text passed instead of a host list (rankfile.host_file)
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
     image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
+    gpu_sharing: Optional["GpuSharing"] = None   # ranks sharing a GPU: MPS or time-sliced (ddlrun/mps.py)
+    gpu_sharing: Optional["GpuSharing"] = None   # ranks sharing a GPU: CUDA MPS (its daemons) or time-sliced
 
     @property
     def site(self) -> SiteProfile:
@@ -147,9 +151,11 @@ class Launch:
             return None
         return self.container.edf_text(self.decision, self.launcher_env(dict(self.environ)))
 
-    def once_per_node(self, module_argv: List[str]) -> List[str]:
-        """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher."""
-        return once_per_node_argv(self.plan, self.where(), [sys.executable, "-m", *module_argv], self.decision)
+    def once_per_node(self, module_argv: List[str], gpus_per_rank: int = 0) -> List[str]:
+        """``python -m MODULE ARGS`` once on every node of the job, through the site's launcher
+        (``gpus_per_rank``: the GPUs its step holds)."""
+        return once_per_node_argv(self.plan, self.where(), [sys.executable, "-m", *module_argv], self.decision,
+                                  gpus_per_rank)
 
 
 def check_container_nodes(plan: Launch, per_node: Optional[bool] = None) -> None:
@@ -170,6 +176,12 @@ def check_container_nodes(plan: Launch, per_node: Optional[bool] = None) -> None
     gather(plan.once_per_node(["wmlce_tools.container.nodecheck",
                                payload(plan.container, plan.program, flavor, plan.decision)]),
            env, plan.node_hosts)
+
+
+def _once_per_node(plan: "Launch", module_argv: List[str], gpus_per_rank: int = 0) -> List[str]:
+    """``python -m MODULE ARGS`` once on every node of the job (``gpus_per_rank``: the GPUs its
+    step holds: CUDA MPS's daemon must see the node's)."""
+    return plan.once_per_node(module_argv, gpus_per_rank)
 
 
 STAGE_TIMEOUT_S = 1800.0
@@ -396,8 +408,14 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     exports = _exports(opts.exports, env)
     import dataclasses
 
+    from .mps import plan_sharing     # ranks sharing a GPU: CUDA MPS's directory for every rank
+
+    job_id = next((env[v] for v in JOB_ID_VARS if env.get(v)), None)
+    sharing = plan_sharing(site, layout, opts.gpu_sharing, env, job_id or "", per_node=len(set(hosts.hosts)) > 1)
     lopts = LaunchOptions(program=opts.program, given=exports, container=opts.container,
-                          container_runtime=opts.container_runtime, workdir=os.getcwd(), record_dir=env.get("WML_JOB_DIR"))
+                          container_runtime=opts.container_runtime, workdir=os.getcwd(), record_dir=env.get("WML_JOB_DIR"),
+                          own=tuple((k, v, "CUDA MPS for ranks sharing a GPU (ddlrun starts it)")
+                                    for k, v in (sharing.exports if sharing is not None else ())))
     launch = build_launch(site, layout, lopts)
     container = launch.container
     plugin = launch.fabric.plugin_expected if container is not None and launch.fabric is not None else None
@@ -432,4 +450,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                   output_tags=tags if output != "direct" else None,
                   placement=placement_file(site.launcher, flavor, layout, node_hosts),
                   timeline=timeline, mpiargs=opts.mpiargs,
-                  notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy)
+                  notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
+                  gpu_sharing=sharing)

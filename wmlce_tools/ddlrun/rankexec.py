@@ -50,7 +50,7 @@ from ddl_runtime.core.jobenv import JobEnvironment, detect_launcher  # noqa: E40
 
 from .exitreport import format_report, format_up, stop_signum  # noqa: E402
 from .pdeathsig import KILL_ON_PARENT_DEATH  # noqa: E402
-from .place import FROM_VAR, NODE_PREFIX_VAR  # noqa: E402
+from .place import FROM_VAR, NODE_PREFIX_VAR, node_paths  # noqa: E402
 from .place import rank_environment as staged_rank_environment  # noqa: E402
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -190,6 +190,7 @@ def rank_environment(s: RankSettings, env: Mapping[str, str]) -> Dict[str, str]:
         master_addr=s.master_addr, master_port=s.master_port))
     if out.get(NODE_PREFIX_VAR) or out.get(FROM_VAR):      # a staged env: this rank's node's copy
         staged_rank_environment(out, node)
+    node_paths(out, node)                                  # CUDA MPS's directories on an emulated node
     try:
         JobEnvironment.from_environ(out)   # the runtime must be able to read what we promise
     except DDLInputError as e:

@@ -175,6 +175,9 @@ def dry_run_text(plan: Launch) -> str:
 
     lines += [f"# {m.line} (the job script loads it)  <- {m.source}" for m in plan.plan.modules]
     lines += [f"# {line}" for line in env_lines(plan.plan, plan.decision)]
+    from .mps import dry_run_lines
+
+    lines += dry_run_lines(plan)
     return "\n".join(lines) + "\n"
 
 

@@ -103,13 +103,15 @@ def launch_argv(plan: LaunchPlan, decision: Decision, where: Where) -> List[str]
                      rankfile=where.rankfile, hostfile=where.hostfile, tag_output=where.tag_output)
 
 
-def once_per_node_argv(plan: LaunchPlan, where: Where, argv: Sequence[str], decision: Decision) -> List[str]:
+def once_per_node_argv(plan: LaunchPlan, where: Where, argv: Sequence[str], decision: Decision,
+                       gpus_per_rank: int = 0) -> List[str]:
     """``argv`` once on every node of the launch, through the site's launcher (the container
-    check, staging an image, CUDA MPS): one rank per node, no GPUs."""
+    check, staging an image, CUDA MPS): one rank per node holding ``gpus_per_rank`` GPUs."""
     from ..layout import compile_layout
     from ..resources import ResourceRequest
 
-    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1, gpus_per_rank=0))
+    one = compile_layout(plan.site, ResourceRequest(nodes=plan.layout.nodes, ranks_per_node=1,
+                                                    gpus_per_rank=gpus_per_rank))
     return _assemble(plan, one, decision, where, list(argv), list(where.mpiargs))
 
 

@@ -74,6 +74,7 @@ class LaunchOptions:
     sweep_params: Tuple[str, ...] = ()            # a sweep's parameter names (WML_PARAM_<NAME>)
     record_dir: Optional[str] = None              # the run record's directory ($WML_JOB_DIR)
     plugin_dir: Optional[str] = None              # the fabric's network plugin, found where ddlrun runs
+    own: Tuple[Tuple[str, str, str], ...] = ()    # what the launch sets itself: (name, value, why) (CUDA MPS's pipes)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def _env(site: SiteProfile, layout: Layout, fabric: Optional[FabricEnv], contain
             out.append(EnvValue("LD_LIBRARY_PATH", opts.plugin_dir, f"{plugin.library} found where ddlrun runs "
                                 f"({plugin.page})", kind=PREPEND, where=INSIDE))
     out += [EnvValue(name, "", "wml's contract: passed on when set", kind=PASS) for name in CONTRACT]
-    out += [EnvValue(k, v, opts.given_by, rule=GIVEN) for k, v in opts.given]
+    out += [EnvValue(k, v, opts.given_by, rule=GIVEN) for k, v in opts.given if k not in {n for n, _, _ in opts.own}]
+    out += [EnvValue(k, v, why, rule=GIVEN) for k, v, why in opts.own]
     return tuple(out)
 
 

@@ -174,6 +174,18 @@ class StageEnvOptions(_Strict):
     docs: Annotated[List[str], Meta(description="the centre's page for the place")] = []
 
 
+class GpuSharingOptions(_Strict):
+    """How ranks that share a GPU (``--ranks-per-gpu K``, K > 1) run on it here: under NVIDIA's
+    Multi-Process Service (one control daemon per node) or time-sliced, and the centre's page
+    (``--gpu-sharing mps|time-slice`` overrides ``default``)."""
+
+    default: Annotated[Literal["mps", "time-slice"], Meta(description="mps: ranks sharing a GPU run under CUDA MPS (ALCF Polaris, OLCF Summit); time-slice: no MPS, the GPU switches between their contexts")]
+    docs: Annotated[List[str], Meta(min_length=1, description="the centre's page on several ranks per GPU")]
+    checked: Annotated[str, Meta(pattern=r"^\d{4}-\d{2}-\d{2}$", description="when the page was read (YYYY-MM-DD)")]
+    started_by: Annotated[str, Meta(min_length=1, description="who starts MPS: ddlrun (nvidia-cuda-mps-control -d once per node before the ranks, stopped after them, as Polaris's page does), or the words for the scheduler that does (Summit: 'LSF, for -alloc_flags gpumps')")] = "ddlrun"
+    exclusive_process: Annotated[bool, Meta(description="the GPUs are in EXCLUSIVE_PROCESS mode (Summit): ranks sharing one need MPS, --gpu-sharing time-slice is refused")] = False
+
+
 class MpiInEnv(_Strict):
     """How the site's MPI gets into a user's Python environment (``wml env create --site S``),
     and how ``wml env verify --site S`` recognises it.  ``external``: conda-forge's placeholder
@@ -237,7 +249,7 @@ class SiteProfile(_Strict):
     attrs: Annotated[Optional[str], Meta(description="Cobalt --attrs (e.g. mcdram=cache:numa=quad)")] = None
     project_required: Annotated[bool, Meta(description="refuse to render a job without --project (OLCF rejects jobs without -P)")] = False
     launcher_options: LauncherOptions = LauncherOptions()
-    mps_per_node: Annotated[bool, Meta(description="with --ranks-per-gpu, the job script first starts CUDA MPS (nvidia-cuda-mps-control -d) once on every node through the launcher, as ALCF's Polaris page does; LSF sites use -alloc_flags gpumps instead")] = False
+    gpu_sharing: Annotated[Optional[GpuSharingOptions], Meta(description="ranks sharing a GPU (--ranks-per-gpu): CUDA MPS or time-sliced, with the page (none: time-sliced unless --gpu-sharing mps)")] = None
     gpu_env: Annotated[Literal["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"], Meta(description="variable that narrows a rank to its GPUs with per-rank binding (Frontier: ROCR_VISIBLE_DEVICES, Aurora: ZE_AFFINITY_MASK)")] = "CUDA_VISIBLE_DEVICES"
     pbs: PbsOptions = PbsOptions()
     slurm: SlurmOptions = SlurmOptions()
@@ -257,6 +269,8 @@ class SiteProfile(_Strict):
                 raise ValueError(f"{kind}: {plugins.unknown_message(kind, name)}")
         if self.scheduler != "local" and not self.queues:
             raise ValueError("a batch site needs at least one queue")
+        if self.gpu_sharing is not None and self.gpu_sharing.default == "mps" and self.gpu_env != "CUDA_VISIBLE_DEVICES":
+            raise ValueError(f"gpu_sharing: CUDA MPS is NVIDIA's; GPUs named by {self.gpu_env} are not")
         if self.qos and (self.scheduler != "slurm" or self.slurm.queue_option == "qos"):
             raise ValueError("qos: is for a Slurm site whose queues are partitions (slurm.queue_option: partition)")
         defaults = [n for n, q in self.queues.items() if q.default]

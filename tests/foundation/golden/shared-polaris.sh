@@ -28,9 +28,6 @@ export OMP_NUM_THREADS=4
 export WML_JOB_DIR=/jobs/j1
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
-# 2 ranks share each GPU: CUDA MPS on every node first, one launcher rank per node
-# (the site's page: start the MPS control daemon "on each node in a job that requires it").
-mpiexec -n 2 --ppn 1 --depth=32 --cpu-bind depth nvidia-cuda-mps-control -d
 # ddlrun recomputes this layout inside the allocation and runs:
 #   mpiexec -n 16 --ppn 8 --depth=4 --cpu-bind depth --env OMP_NUM_THREADS=4 {python} /work/proj/train.py --epochs 3
 cd /work/proj
