@@ -91,8 +91,12 @@ def test_every_rank_gets_the_contract_variables(program):
                  f"export {p.SEGMENT_ENV}=3", f"export {p.CHAIN_LENGTH_ENV}=3",
                  f"export {p.RUN_ID_ENV}=train-20250101-000000"):
         assert line in script
-    # aprun does not pass the script's environment to the compute nodes: ddlrun passes each one
-    assert f"-x {p.SEGMENT_ENV}" in script and f"-x {p.CHECKPOINT_DIR_ENV}" in script
+    # the job's own variables, not values given to ddlrun: the launch plan passes them on as wml's
+    # contract (aprun hands its environment on; Open MPI is told their names)
+    from wmlce_tools.rankenv import CONTRACT
+
+    assert f"-x {p.SEGMENT_ENV}" not in script
+    assert {p.CHECKPOINT_DIR_ENV, p.STOP_SIGNAL_ENV, p.SEGMENT_ENV, p.CHAIN_LENGTH_ENV, p.RUN_ID_ENV} <= set(CONTRACT)
 
 
 @pytest.mark.parametrize("site", sorted(CHAIN_JOBS) + ["local"])

@@ -73,7 +73,8 @@ def test_polaris_directives_and_mpiexec_line(program):
     argv = promised_launch(script)
     assert argv[:8] == ["mpiexec", "-n", "8", "--ppn", "4", "--depth=8", "--cpu-bind", "depth"]
     # the job's exports reach every rank through --env
-    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == [f"{k}={v}" for k, v in plan.exports]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--env"] == \
+        [f"{a.name}={a.value}" for a in plan.launch.promised().report if a.where == "rank"]
 
 
 def test_polaris_with_both_hw_threads_binds_cores_and_their_siblings(program):
@@ -126,7 +127,7 @@ def test_frontier_srun_line(program):
     assert "--cpus-per-task=7" in argv and "--gpus-per-task=1" in argv and "--gpu-bind=closest" in argv
     for mod in ("PrgEnv-gnu", "rocm", "craype-accel-amd-gfx90a", "rccl-net-plugin"):
         assert f"module load {mod}\n" in script
-    assert 'export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"' in script
+    assert "#     MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <- " in script
 
 
 def test_frontier_walltime_bins(program):

@@ -16,7 +16,6 @@
 set -euo pipefail
 
 # 8 ranks on 2 node(s), 4 per node, 1 GPU(s), 16 core(s) x 1 hw thread(s) per rank
-export OMP_NUM_THREADS=16
 export WML_CHECKPOINT_DIR=/scratch/ckpt
 export WML_STOP_SIGNAL=USR1
 export WML_CHAIN_SEGMENT=2
@@ -24,12 +23,16 @@ export WML_CHAIN_LENGTH=3
 export WML_RUN_ID=train-20250101-000000
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/train-20250101-000000/segment-2
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=16  <- the layout (16 hw thread(s) per rank)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # Segment 2 of 3 of run train-20250101-000000: the ranks resume from $WML_CHECKPOINT_DIR.
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
+#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} -m wmlce_tools.ddlrun.rankexec --size 8 --ranks-per-node 4 --binding per-rank --gpus '0;1;2;3' --gpu-env CUDA_VISIBLE_DEVICES --mode p:4x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
 # One step runs ddlrun and ends the segment (python -m wmlce_tools.chain.segment --help): SIGUSR1 before the
 # walltime goes to ddlrun, every rank checkpoints, stops and exits 75, and the next segment resumes.
-exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 -- {ddlrun} --site slurm-gpu -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3
+exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 -- {ddlrun} --site slurm-gpu -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x2x1x1 -- {python} /work/proj/train.py --epochs 3

@@ -18,7 +18,6 @@ set -euo pipefail
 set +u
 module load ibm-wml-ce
 set -u
-export OMP_NUM_THREADS=28
 export WML_CHECKPOINT_DIR=/scratch/ckpt
 export WML_STOP_SIGNAL=USR1
 export WML_CHAIN_SEGMENT=2
@@ -26,12 +25,16 @@ export WML_CHAIN_LENGTH=3
 export WML_RUN_ID=train-20250101-000000
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/train-20250101-000000/segment-2
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=28  <- the layout (28 hw thread(s) per rank)
 
 echo "wml: job ${LSB_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # Segment 2 of 3 of run train-20250101-000000: the ranks resume from $WML_CHECKPOINT_DIR.
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} /work/proj/train.py --epochs 3
+#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} -m wmlce_tools.ddlrun.rankexec --size 12 --ranks-per-node 6 --binding per-rank --gpus '0;1;2;3;4;5' --gpu-env CUDA_VISIBLE_DEVICES --mode p:6x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
 # One step runs ddlrun and ends the segment (python -m wmlce_tools.chain.segment --help): SIGUSR1 before the
 # walltime goes to ddlrun, every rank checkpoints, stops and exits 75, and the next segment resumes.
-exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 -- {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3
+exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 -- {ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -- {python} /work/proj/train.py --epochs 3

@@ -15,7 +15,6 @@ set -euo pipefail
 set +u
 module load datascience/horovod-0.15.2
 set -u
-export OMP_NUM_THREADS=64
 export WML_CHECKPOINT_DIR=/scratch/ckpt
 export WML_STOP_SIGNAL=USR1
 export WML_CHAIN_SEGMENT=2
@@ -23,12 +22,16 @@ export WML_CHAIN_LENGTH=3
 export WML_RUN_ID=train-20250101-000000
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/train-20250101-000000/segment-2
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=64  <- the layout (64 hw thread(s) per rank)
 
 echo "wml: job ${COBALT_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # Segment 2 of 3 of run train-20250101-000000: the ranks resume from $WML_CHECKPOINT_DIR.
 # ddlrun recomputes this layout inside the allocation and runs:
-#   aprun -n 128 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 -e WML_CHECKPOINT_DIR=/scratch/ckpt -e WML_STOP_SIGNAL=USR1 -e WML_CHAIN_SEGMENT=2 -e WML_CHAIN_LENGTH=3 -e WML_RUN_ID=train-20250101-000000 {python} /work/proj/train.py --epochs 3
+#   aprun -n 128 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 {python} -m wmlce_tools.ddlrun.rankexec --size 128 --ranks-per-node 1 --binding none --gpus '' --gpu-env CUDA_VISIBLE_DEVICES --mode p:1x128x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
 # One step runs ddlrun and ends the segment (python -m wmlce_tools.chain.segment --help): SIGUSR1 before the
 # walltime goes to ddlrun, every rank checkpoints, stops and exits 75, and the next segment resumes.
-exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 --timer 3300 --afterok-only -- {ddlrun} --site theta -n 128 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x128x1x1 -x OMP_NUM_THREADS -x WML_CHECKPOINT_DIR -x WML_STOP_SIGNAL -x WML_CHAIN_SEGMENT -x WML_CHAIN_LENGTH -x WML_RUN_ID -- {python} /work/proj/train.py --epochs 3
+exec {python} -m wmlce_tools.chain.segment /jobs/train-20250101-000000 2 --timer 3300 --afterok-only -- {ddlrun} --site theta -n 128 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x128x1x1 -- {python} /work/proj/train.py --epochs 3

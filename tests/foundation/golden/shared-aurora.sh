@@ -17,18 +17,19 @@ set -euo pipefail
 set +u
 module load frameworks
 set -u
-# Fabric: oneccl on 2 node(s), bare (site aurora): each variable below is kept when it is already set
-#   https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
-[ -n "${CCL_PROCESS_LAUNCHER+set}" ] || export CCL_PROCESS_LAUNCHER="pmix"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${CCL_ATL_TRANSPORT+set}" ] || export CCL_ATL_TRANSPORT="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${CCL_KVS_MODE+set}" ] || export CCL_KVS_MODE="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-export OMP_NUM_THREADS=4
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site aurora): oneccl on 2 node(s), bare
+#     OMP_NUM_THREADS=4  <- the layout (4 hw thread(s) per rank)
+#     CCL_PROCESS_LAUNCHER=pmix  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_ATL_TRANSPORT=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_KVS_MODE=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
 
 echo "wml: job ${PBS_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   mpiexec -n 48 --ppn 24 --cpu-bind=list:1-4:5-8:9-12:13-16:17-20:21-24:25-28:29-32:33-36:37-40:41-44:45-48:53-56:57-60:61-64:65-68:69-72:73-76:77-80:81-84:85-88:89-92:93-96:97-100 --env OMP_NUM_THREADS=4 {python} /work/proj/train.py --epochs 3
+#   mpiexec -n 48 --ppn 24 --cpu-bind=list:1-4:5-8:9-12:13-16:17-20:21-24:25-28:29-32:33-36:37-40:41-44:45-48:53-56:57-60:61-64:65-68:69-72:73-76:77-80:81-84:85-88:89-92:93-96:97-100 --env OMP_NUM_THREADS=4 --env CCL_PROCESS_LAUNCHER=pmix --env CCL_ATL_TRANSPORT=mpi --env CCL_KVS_MODE=mpi --env FI_MR_CACHE_MONITOR=userfaultfd {python} -m wmlce_tools.ddlrun.rankexec --size 48 --ranks-per-node 24 --binding per-rank --gpus '0;0;1;1;2;2;3;3;4;4;5;5;6;6;7;7;8;8;9;9;10;10;11;11' --gpu-env ZE_AFFINITY_MASK --mode p:24x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site aurora -n 48 --ranks-per-node 24 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 4 --threads-per-core 1 --mode p:24x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site aurora -n 48 --ranks-per-node 24 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 4 --threads-per-core 1 --mode p:24x2x1x1 -- {python} /work/proj/train.py --epochs 3

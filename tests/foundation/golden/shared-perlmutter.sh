@@ -15,15 +15,16 @@
 set -euo pipefail
 
 # 16 ranks on 2 node(s), 8 per node, 2 ranks per GPU, 8 core(s) x 2 hw thread(s) per rank
-# Fabric: nccl on 2 node(s), bare (site perlmutter): each variable below is kept when it is already set
-#   https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh
-export OMP_NUM_THREADS=16
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site perlmutter): nccl on 2 node(s), bare
+#     OMP_NUM_THREADS=16  <- the layout (16 hw thread(s) per rank)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 16 --ntasks-per-node=8 --cpus-per-task=16 --threads-per-core=2 --gpus-per-node=4 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
+#   srun -N 2 -n 16 --ntasks-per-node=8 --cpus-per-task=16 --threads-per-core=2 --gpus-per-node=4 --cpu-bind=cores --kill-on-bad-exit=1 {python} -m wmlce_tools.ddlrun.rankexec --size 16 --ranks-per-node 8 --binding local-rank --gpus '0;0;1;1;2;2;3;3' --gpu-env CUDA_VISIBLE_DEVICES --mode p:8x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site perlmutter -n 16 --ranks-per-node 8 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 8 --threads-per-core 2 --mode p:8x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site perlmutter -n 16 --ranks-per-node 8 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 8 --threads-per-core 2 --mode p:8x2x1x1 -- {python} /work/proj/train.py --epochs 3

@@ -15,12 +15,15 @@ set -euo pipefail
 set +u
 module load ibm-wml-ce
 set -u
-export OMP_NUM_THREADS=12
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=12  <- the layout (12 hw thread(s) per rank)
 
 echo "wml: job ${LSB_JOBID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 12 -a 2 -c 6 -g 1 -r 6 -b packed:3 -d packed {python} /work/proj/train.py --epochs 3
+#   jsrun -n 12 -a 2 -c 6 -g 1 -r 6 -b packed:3 -d packed {python} -m wmlce_tools.ddlrun.rankexec --size 24 --ranks-per-node 12 --binding per-rank --gpus '0;0;1;1;2;2;3;3;4;4;5;5' --gpu-env CUDA_VISIBLE_DEVICES --mode p:12x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site summit -n 24 --ranks-per-node 12 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 4 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site summit -n 24 --ranks-per-node 12 --gpus-per-rank 1 --ranks-per-gpu 2 --cores-per-rank 3 --threads-per-core 4 --mode p:12x2x1x1 -- {python} /work/proj/train.py --epochs 3

@@ -15,12 +15,15 @@
 set -euo pipefail
 
 # 16 ranks on 4 node(s), 4 per node, 1 GPU(s), 16 core(s) x 1 hw thread(s) per rank
-export OMP_NUM_THREADS=16
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=16  <- the layout (16 hw thread(s) per rank)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (train) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 4 -n 16 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} /work/proj/train.py --epochs 3
+#   srun -N 4 -n 16 --ntasks-per-node=4 --cpus-per-task=16 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 {python} -m wmlce_tools.ddlrun.rankexec --size 16 --ranks-per-node 4 --binding per-rank --gpus '0;1;2;3' --gpu-env CUDA_VISIBLE_DEVICES --mode p:4x4x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- {python} /work/proj/train.py --epochs 3
 cd /work/proj
-{ddlrun} --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -x OMP_NUM_THREADS -- {python} /work/proj/train.py --epochs 3
+{ddlrun} --site slurm-gpu -n 16 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 1 --mode p:4x4x1x1 -- {python} /work/proj/train.py --epochs 3
