@@ -261,3 +261,23 @@ def test_the_network_plugin_found_where_ddlrun_runs_is_bound_and_first_inside(tm
     assert str(plugin_dir) in [argv[i + 1] for i, a in enumerate(argv) if a == "-B"]
     inside = launch.launcher_env(env)["APPTAINERENV_LD_LIBRARY_PATH"].split(":")
     assert inside[0] == str(plugin_dir)
+
+
+def test_a_packed_sweep_keeps_the_containers_setup(tmp_path):
+    """Issue 58 point 2, as written: `wml sweep --site frontier -N 2 --pack 2 ... --container
+    /lus/img.sif --dry-run` had neither the container's modules nor its fabric case, and yet ran
+    `apptainer exec`."""
+    from wmlce_tools.runs.sweep_plan import SweepOptions, plan_sweep
+    from wmlce_tools.sweeps.grid import Trial
+
+    req = ResourceRequest(nodes=2, project="abc", walltime=30, container="/lus/img.sif")
+    sp = plan_sweep(get_site("frontier"), req, ["python3", str(WORK / "prog.py"), "--lr", "{lr}"],
+                    [Trial(0, (("lr", "0.1"),)), Trial(1, (("lr", "0.01"),))], SweepOptions(pack=2),
+                    tmp_path / "run", preview=True, workdir=WORK)
+    script = sp.script
+    assert sp.mode == "packed"
+    for m in ("olcf-container-tools", "apptainer-enable-mpi", "apptainer-enable-gpu"):
+        assert f"module load {m}\n" in script
+    assert "inside a container" in script and "#     MPICH_SMP_SINGLE_COPY_MODE=NONE  <- " in script
+    launch = _parts(script)[2]
+    assert launch[launch.index("apptainer") + 1] == "exec"
