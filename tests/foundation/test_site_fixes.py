@@ -113,7 +113,7 @@ def test_summit_smt_level_follows_threads_per_core(program, threads, smt):
     assert directive(script, "#BSUB", "-alloc_flags") == [smt]
     d = interactive_directives(p)
     assert d[d.index("-alloc_flags") + 1] == smt
-    assert "-x OMP_NUM_THREADS" in script.rstrip().splitlines()[-1]
+    assert "#     OMP_NUM_THREADS=" in script and "-x OMP_NUM_THREADS" not in script   # ddlrun's default, shown
 
 
 @pytest.mark.parametrize("kw, omp", [
@@ -124,9 +124,10 @@ def test_summit_smt_level_follows_threads_per_core(program, threads, smt):
 ])
 def test_summit_ranks_get_omp_num_threads_of_their_cores_and_threads(program, kw, omp):
     script = script_of("summit", program, nodes=2, project="abc123", **kw)
-    assert re.findall(r"^export OMP_NUM_THREADS=(\S+)$", script, re.M) == [omp]
+    # the launch plan's value (ddlrun gives it to every rank), or the user's --export, which wins
+    assert re.findall(r"^#     OMP_NUM_THREADS=(\S+)  <- ", script, re.M) == [omp]
     ddl = ddlrun_argv(script)
-    assert ddl[ddl.index("-x") + 1] == "OMP_NUM_THREADS"     # ddlrun passes it to every rank
+    assert ("-x" in ddl and ddl[ddl.index("-x") + 1] == "OMP_NUM_THREADS") == ("exports" in kw)
 
 
 def test_summit_refuses_to_render_without_a_project(program):
@@ -217,7 +218,7 @@ def test_theta_small_jobs_go_to_a_debug_queue(program):
 def test_theta_128_ranks_per_node_on_two_hw_threads_per_core(program):
     script = script_of("theta", program, nodes=128, project="datascience", ranks_per_node=128, threads_per_core=2)
     assert launch_argv(script)[:11] == ["aprun", "-n", "16384", "-N", "128", "-d", "1", "-j", "2", "-cc", "depth"]
-    assert "export OMP_NUM_THREADS=1" in script
+    assert "#     OMP_NUM_THREADS=1  <- the layout" in script
     lay = compile_layout(get_site("theta"), ResourceRequest(nodes=1, ranks_per_node=128, threads_per_core=2))
     hw = [h for r in lay.ranks for h in r.hwthreads]
     assert len(hw) == len(set(hw)) == 128 and lay.ranks[1].cores == (0,) and lay.ranks[2].cores == (1,)

@@ -5,6 +5,6 @@ the one rule for what a rank gets), ``command.py`` (the one assembly of a launch
 (the plan in words).  The job script renders the plan, ddlrun builds the same plan from the same
 options and runs it; sweeps, chains and the API make job scripts.
 
-A layer between `ddlrun` (above) and `schedulers | launchers | env | container` (below).  May
-import: those, `fabric`, `layout`, `site` and the foundation; never `ddlrun` or anything above.
+A layer between `ddlrun` (above) and `schedulers | launchers | env | container` (below).
+May import: those, `fabric`, `layout`, `site` and the foundation; never `ddlrun` or anything above.
 """
