@@ -146,3 +146,20 @@ def load(directory: Path) -> Optional[JobRecords]:
     have = {r.rank for r in ranks}
     missing = [i for i in range(size) if i not in have]
     return JobRecords(directory, size, ranks, missing, sorted(unreadable))
+
+
+def step_reached(ranks: List[RankRecord]) -> Optional[int]:
+    """The run's step its ranks reached (a checkpointed run's own numbering, across a chain's
+    segments); None when the program passed no step boundary of ddl_runtime.checkpoint."""
+    steps = [r.run_step for r in ranks if r.run_step is not None]
+    return max(steps) if steps else None
+
+
+def rank0_step_reached(directory: Path) -> Optional[int]:
+    """step_reached from rank 0's record alone (one small file: ``wml jobs`` lists many runs);
+    None when it is missing or unreadable."""
+    try:
+        data = json.loads((Path(directory) / "rank0.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _int(data.get("run_step")) if isinstance(data, dict) and data.get("format") in FORMATS else None
