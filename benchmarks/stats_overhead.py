@@ -1,12 +1,15 @@
-"""What the runtime's per-rank record (ddl_runtime/core/stats.py, issue 51) costs a small training
-step: torch's DistributedOptimizer on a 64-128-10 MLP, batch 256 (a step of a few ms on a CPU),
-with the record ("new") and without it ("old": the optimizer's synchronize() and step() as they
-were before it, i.e. no clock reads and no end_step()), in alternating blocks of one run.
+"""What the runtime's per-rank record (ddl_runtime/core/stats.py; issues 51 and 59) costs a small
+training step: torch's DistributedOptimizer on a 64-128-10 MLP, batch 256 (a step of a few ms on
+a CPU), with the record ("new": every collective call counting its time, each agreement carrying
+the rank's arrival, end_step() at each step) and without it ("old": core.stats.CURRENT unset, so
+no collective counts and no agreement carries an arrival, and no end_step()), in alternating
+blocks (ABBA) of one run.
 
     mpiexec -n 2 python benchmarks/stats_overhead.py [--blocks 21] [--steps 50]
 
-Prints rank 0's median step of each kind, new/old, and end_step() alone per call.
-Target (issue 51): at most 1 % of a small step.
+Prints rank 0's median step of each kind and new/old, then what the record adds per call, alone:
+a counted collective call (the `collective` wrapper around a call that does nothing), an
+arrival carried (arrival() + arrived()), and end_step().  Target: at most 1 % of a small step.
 """
 from __future__ import annotations
 
@@ -22,12 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import ddl_runtime.torch as ddl  # noqa: E402
-from ddl_runtime.core.stats import RunStats  # noqa: E402
+from ddl_runtime.core import stats as core_stats  # noqa: E402
+from ddl_runtime.core.stats import RunStats, collective  # noqa: E402
 
 
 class _NoRecord:
-    def end_step(self, comm_s: float = 0.0, nbytes: int = 0) -> None:
+    def end_step(self, nbytes: int = 0) -> None:
         pass
+
+
+def per_call(fn, number: int = 20000) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number
 
 
 def main() -> int:
@@ -44,22 +52,12 @@ def main() -> int:
     opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters())
     x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
-    kind = type(opt)
     record = opt._ddl_stats
-
-    def old_synchronize(self=opt):   # synchronize() before issue 51: no clock around the wait
-        if self._ddl_size == 1 or self._ddl_synced:
-            self._ddl_synced = True
-            return
-        self._ddl_wait_reductions()
+    assert core_stats.CURRENT is record
 
     def use(new: bool) -> None:
-        if new:
-            opt.__dict__.pop("synchronize", None)
-            opt._ddl_stats = record
-        else:
-            opt.synchronize = old_synchronize
-            opt._ddl_stats = _NoRecord()
+        core_stats.CURRENT = record if new else None
+        opt._ddl_stats = record if new else _NoRecord()
 
     def block() -> float:
         t0 = time.perf_counter()
@@ -72,18 +70,29 @@ def main() -> int:
     use(True)
     block()                                   # warm-up
     times = {True: [], False: []}
+    arrivals = record.arrivals
     for i in range(a.blocks * 2):
         new = (i % 2 == 0) if (i // 2) % 2 == 0 else (i % 2 == 1)     # ABBA: neither kind always first
         use(new)
         times[new].append(block())
-    assert type(opt) is kind
+    use(True)
+    carried = (record.arrivals - arrivals) / (a.blocks * a.steps)
     if ddl.rank() == 0:
         new, old = statistics.median(times[True]), statistics.median(times[False])
-        st = RunStats(0, 2, None)
-        per_call = min(timeit.repeat(lambda: st.end_step(0.001, 1 << 20), number=20000, repeat=5)) / 20000
+        st = core_stats.CURRENT = RunStats(0, 2, None)
+        nothing = collective(lambda: None)
+        counted = per_call(nothing)
+        core_stats.CURRENT = None
+        bare = per_call(nothing)
+        core_stats.CURRENT = st
+        arrival = per_call(lambda: st.arrived(st.arrival(), 0))
+        end = per_call(lambda: st.end_step(1 << 20))
+        core_stats.CURRENT = record
         print(f"step with the record {new * 1e3:.3f} ms, without {old * 1e3:.3f} ms (median of {a.blocks} blocks of "
-              f"{a.steps} steps each): new/old {new / old:.4f}")
-        print(f"end_step() alone: {per_call * 1e6:.2f} us a call = {100 * per_call / old:.3f} % of the step")
+              f"{a.steps} steps each): new/old {new / old:.4f}; {carried:.1f} arrivals carried a step")
+        print(f"alone: a counted collective call +{(counted - bare) * 1e6:.2f} us, an arrival carried "
+              f"{arrival * 1e6:.2f} us, end_step() {end * 1e6:.2f} us: "
+              f"{100 * (counted - bare) / old:.3f} %, {100 * arrival / old:.3f} %, {100 * end / old:.3f} % of the step")
     return 0
 
 

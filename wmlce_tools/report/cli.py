@@ -17,10 +17,12 @@ def report_cmd(run: Annotated[str, typer.Argument(help="A job (the id wml submit
                html: Annotated[Optional[str], typer.Option("--html", help="Where to write the page (default: report.html in the run's directory; without plotly installed the summary says how to get it).")] = None,
                no_html: Annotated[bool, typer.Option("--no-html", help="Only the terminal summary.")] = False,
                metric: Annotated[Optional[str], typer.Option("--metric", help="A sweep's metric (default: the first numeric one its trials printed).")] = None,
-               maximize: Annotated[bool, typer.Option("--maximize", help="A sweep's best trials have the largest metric (default: the smallest).")] = False) -> None:
-    """What a run did: layout, per-rank step and wait time, stragglers with their node, a chain's
-    segments, a sweep's metric against each parameter; in the terminal and as one HTML page that
-    opens without a network."""
+               maximize: Annotated[bool, typer.Option("--maximize", help="A sweep's best trials (completed ones only) have the largest metric (default: the smallest).")] = False) -> None:
+    """What a run did: what ran (program, site, nodes x ranks, start, wall time, exit status),
+    layout, per-rank compute, communication and measured wait for the last rank, stragglers with
+    their node, a chain's segments (step reached, last checkpoint), a sweep's every trial and its
+    metric against each parameter; in the terminal and as one HTML page that opens without a
+    network (plotly; without it, the summary and how to get the page)."""
     from rich.console import Console
 
     from .page import PLOTLY_MISSING, have_plotly

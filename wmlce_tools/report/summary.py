@@ -130,8 +130,9 @@ def _segments(console: Console, rep: Report) -> None:
         t.add_row(p.label.split()[-1], p.state, _or_dash(p.exit_code), stamp(p.started), ran,
                   _or_dash(p.step_reached), _or_dash(p.checkpoint))
     console.print(t)
+    main = rep.main
     for p in rep.parts:
-        if p.analysis is not None:
+        if p.analysis is not None and p is not main:      # the main segment's line comes with its ranks
             say(console, f"{p.label}: {p.line}")
 
 

@@ -142,7 +142,7 @@ def analyse(records: JobRecords) -> Analysis:
     aligned = aligned_steps(ranks)
     compute_mean = wait_mean = None
     n_aligned = 0
-    measured = bool(ranks) and all(r.measured_wait for r in ranks)
+    measured = len(ranks) == 1 or bool(ranks) and all(r.measured_wait for r in ranks)   # alone: no one to wait for
     if aligned is not None:
         _, compute, comm, wait = aligned
         n_aligned = compute.shape[1]

@@ -3,8 +3,8 @@
     slow_rank.py STEPS OPTIMIZER WHERE SLOW_RANK [BASE_MS SLOW_MS]
 
 OPTIMIZER: ``ddl`` (ddl_runtime.torch.DistributedOptimizer) or ``hvd`` (horovod.torch's).
-Every rank sleeps BASE_MS (default 10) before its forward pass, its data loader's time.  WHERE
-says where SLOW_RANK spends SLOW_MS (default 50) more: ``loader``, before its forward pass like
+Every rank sleeps BASE_MS (default 20) before its forward pass, its data loader's time.  WHERE
+says where SLOW_RANK spends the rest of its SLOW_MS (default 70): ``loader``, before its forward pass like
 a slow data loader (the others then wait for it in the gradient hooks, inside backward), or
 ``after-backward``, between backward and step() (they wait in step(), or in the next step's
 hooks).  Sleeping, not spinning: the slowdown is the same on a loaded machine.  Rank 0 prints a
@@ -17,8 +17,8 @@ import time
 import torch
 
 steps, kind, where, slow_rank = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-base_s = float(sys.argv[5]) / 1e3 if len(sys.argv) > 5 else 0.010
-slow_s = float(sys.argv[6]) / 1e3 if len(sys.argv) > 6 else 0.050
+base_s = float(sys.argv[5]) / 1e3 if len(sys.argv) > 5 else 0.020
+slow_s = float(sys.argv[6]) / 1e3 if len(sys.argv) > 6 else 0.070
 if kind == "hvd":
     import ddl_runtime.horovod.torch as hvd
 
