@@ -150,3 +150,28 @@ def test_reductions_end_steps_unless_a_callback_does_and_two_callbacks_count_onc
     clock.now += 0.1
     st.reduced(40)
     assert st.steps == 5 and st.step_s == pytest.approx(0.4)
+
+
+def test_the_straggler_rule_holds_from_two_ranks_to_ten_thousand():
+    """A rank's compute against the median of the *others'* (runstats/analysis.py): with 2 ranks
+    the slower one when it exceeds the other by the threshold (a median of all would be their mean,
+    and never exceeded by 10 %); at 10,000 ranks the one slow rank and nothing else; the others' median is exact for every rank (against a brute force)."""
+    import numpy as np
+
+    from wmlce_tools.runstats.analysis import find_stragglers, others_median
+
+    assert find_stragglers(np.array([12.6, 46.8]))[0] == [1]           # issue 59's two ranks
+    assert find_stragglers(np.array([46.8, 12.6]))[0] == [0]
+    assert find_stragglers(np.array([10.0, 10.5]))[0] == []            # 5 %: within the threshold
+    assert find_stragglers(np.array([10.0]))[0] == []
+    assert find_stragglers(np.array([10.0, 10.2, 15.0]))[0] == [2]
+    assert find_stragglers(np.array([15.0, 60.0, 15.5, 14.8]))[0] == [1]
+    rng = np.random.default_rng(0)
+    for n in range(2, 12):
+        v = rng.normal(10, 1, n)
+        assert np.allclose(others_median(v), [np.median(np.delete(v, i)) for i in range(n)])
+    v = rng.normal(100.0, 1.0, 10_000)
+    assert find_stragglers(v)[0] == []
+    v[617] = 130.0
+    found, med, pct = find_stragglers(v)
+    assert found == [617] and abs(pct[617] - 30) < 1

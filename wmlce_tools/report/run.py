@@ -34,9 +34,10 @@ class Span:
     note: str = ""
 
 
-@dataclass
+@dataclass(eq=False)
 class Part:
-    """One job's worth of records: a plain job, a chain's segment or a sweep's trial."""
+    """One job's worth of records: a plain job, a chain's segment or a sweep's trial (compared by
+    identity: its records hold arrays)."""
     label: str                          # "job 123", "segment 2/3", "trial 4"
     directory: Path                     # its records' directory (where they are, or would be)
     state: str                          # the scheduler's / the trial's state, as wml knows it
@@ -142,7 +143,7 @@ class Report:
             return ""
         if self.kind == "chain":
             return "the last segment with records"
-        if main in best_trials(self, len(self.parts)):
+        if any(p is main for p in best_trials(self, len(self.parts))):
             return f"the best trial by {self.metric}"
         why = ("no completed trial printed a numeric metric" if self.metric is None or not best_trials(self, 1)
                else "the best trials have no records")
