@@ -15,8 +15,8 @@ which every collective already makes, carries one int64 more, this rank's `arriv
 work (time outside collectives) it did since the previous agreement ended.  The ranks leave an
 agreement together, so that end is a time every rank shares, and the largest arrival is the last
 rank's: `arrived()` adds (last - mine) to the step's wait.  No round is added and no clock has
-to agree across hosts.  A record says how many agreements carried its arrival (`arrivals`);
-without any (Horovod's negotiated requests only) `wml report` falls back to the steps' times.
+to agree across hosts.  A step in which no agreement carried an arrival (Horovod's negotiated
+requests only) keeps NaN for its wait, and `wml report` infers that step's wait from the times.
 
 The file, `<dir>/rank<N>.json`, is replaced whole (temp file + rename) at finalize, at a stop
 for the walltime, and every `DDL_STATS_INTERVAL_S` seconds at a step boundary (so a job killed
@@ -53,6 +53,7 @@ RING = 1024              # steps kept one by one (4 bytes each, three times)
 FORMAT = 2               # the file's "format": what `wml report` expects (1: before the measured wait)
 FILE_PREFIX = "rank"
 ARGV_CHARS = 4096        # at most this much of the program's arguments in the record
+NOT_MEASURED = float("nan")   # a step's wait when no agreement carried an arrival in it
 
 SECTIONS: Dict[str, Callable[[], Optional[dict]]] = {}   # name -> () -> dict (or None: nothing to say)
 
@@ -169,6 +170,7 @@ class RunStats:
         self.max_step_s = 0.0
         self.bytes_reduced = 0
         self.arrivals = 0                          # agreements that carried this rank's arrival
+        self.waited_steps = 0                      # timed steps in which one did (wait_s is theirs)
         self.run_step: Optional[int] = None        # the run's step the checkpoint layer last passed
         self.resumed_from: Optional[int] = None    # the checkpoint's step this run resumed after
         self.checkpoint_step: Optional[int] = None  # the last step this run saved
@@ -183,6 +185,7 @@ class RunStats:
         self._comm = 0.0                           # in collectives since the last step's end
         self._comm_run = 0.0                       # ... since the start (own work = clock - this)
         self._wait = 0.0                           # waited for the last rank since the last step's end
+        self._arrived = False                      # an agreement carried this rank's arrival since then
         self._own_ref = self._origin               # own-work clock when the last agreement ended
         self._own_now = self._origin
         self._pending_bytes = 0                    # reductions since the last step's end (reduced())
@@ -205,6 +208,7 @@ class RunStats:
             self._wait += (last - mine) * 1e-9
         self._own_ref = self._own_now
         self.arrivals += 1
+        self._arrived = True
 
     # -- the training path ------------------------------------------------------------------
     def end_step(self, nbytes: int = 0) -> None:
@@ -215,8 +219,9 @@ class RunStats:
         now = self.clock()
         step = now - self._last_end
         self._last_end = now
-        comm, wait = self._comm, self._wait
+        comm, wait, measured = self._comm, self._wait, self._arrived
         self._comm = self._wait = 0.0
+        self._arrived = False
         if self._passing:                          # a batch passed over: no step
             self._passing = False
             return
@@ -227,7 +232,7 @@ class RunStats:
         i = self.steps % RING
         self._compute[i] = step - comm
         self._comm_ring[i] = comm
-        self._wait_ring[i] = wait
+        self._wait_ring[i] = wait if measured else NOT_MEASURED
         self.steps += 1
         self.bytes_reduced += nbytes
         if self.steps == 1:
@@ -235,7 +240,9 @@ class RunStats:
         else:
             self.step_s += step
             self.comm_s += comm
-            self.wait_s += wait
+            if measured:
+                self.wait_s += wait
+                self.waited_steps += 1
             if step < self.min_step_s:
                 self.min_step_s = step
             if step > self.max_step_s:
@@ -282,9 +289,10 @@ class RunStats:
             "steps": self.steps, "first_step_s": self.first_step_s,
             "step_s": self.step_s, "comm_s": self.comm_s, "wait_s": self.wait_s, "timed_steps": timed,
             "min_step_s": self.min_step_s if timed else None, "max_step_s": self.max_step_s if timed else None,
-            "bytes_reduced": self.bytes_reduced, "arrivals": self.arrivals,
+            "bytes_reduced": self.bytes_reduced, "arrivals": self.arrivals, "waited_steps": self.waited_steps,
             "run_step": self.run_step, "resumed_from": self.resumed_from, "checkpoint_step": self.checkpoint_step,
             # the last steps one by one (float32 little-endian, base64): compute = step - comm, wait <= comm
+            # (NaN: no agreement carried an arrival in that step, its wait is not measured)
             "ring_first_step": self.steps - min(self.steps, RING),
             "ring_compute_s": self._ring(self._compute), "ring_comm_s": self._ring(self._comm_ring),
             "ring_wait_s": self._ring(self._wait_ring),

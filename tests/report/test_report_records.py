@@ -150,6 +150,8 @@ def test_reductions_end_steps_unless_a_callback_does_and_two_callbacks_count_onc
     clock.now += 0.1
     st.reduced(40)
     assert st.steps == 5 and st.step_s == pytest.approx(0.4)
+    # no agreement carried an arrival here: no step measured its wait (NaN in the ring: wml report infers it)
+    assert st.waited_steps == 0 and st.wait_s == 0 and all(w != w for w in st._wait_ring[:5])
 
 
 def test_the_straggler_rule_holds_from_two_ranks_to_ten_thousand():

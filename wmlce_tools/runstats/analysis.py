@@ -9,7 +9,8 @@ their arrival times (ddl_runtime/core/stats.py; one int64 on each agreement): th
 steps every rank kept one by one (the runtime's ring, the last 1,024), else over the run.  A
 record without it (format 1, or a program that used only Horovod's negotiated collectives) has
 it inferred per kept step: this rank's time in collectives minus the least any rank spent in
-them that step (the last rank to arrive waits for no one).
+them that step (the last rank to arrive waits for no one); so is a step in which no agreement
+carried the arrivals (its ring holds NaN there).
 
 A straggler's compute is more than `STRAGGLER_PCT` % above the median of the *other* ranks'
 compute and more than `STRAGGLER_MADS` of their median absolute deviations above it: one rule
@@ -82,7 +83,8 @@ def node_names(records: JobRecords) -> dict:
 
 def aligned_steps(ranks: List[RankRecord]):
     """(first step, compute, comm, wait or None): ranks x steps over the steps every rank kept
-    (None: none in common).  wait: what the ranks measured, when every one of them did."""
+    (None: none in common).  wait: what the ranks measured (NaN where a step did not), when every
+    rank's record has it."""
     kept = [r for r in ranks if len(r.compute)]
     if len(kept) != len(ranks) or not kept:
         return None
@@ -98,7 +100,7 @@ def aligned_steps(ranks: List[RankRecord]):
     compute = np.stack([cut(r, r.compute) for r in kept])
     comm = np.stack([cut(r, r.comm) for r in kept])
     wait = (np.stack([cut(r, r.wait) for r in kept])
-            if all(r.measured_wait and len(r.wait) == len(r.compute) for r in kept) else None)
+            if all(r.wait is not None and len(r.wait) == len(r.compute) for r in kept) else None)
     return lo, compute, comm, wait
 
 
@@ -147,8 +149,13 @@ def analyse(records: JobRecords) -> Analysis:
         _, compute, comm, wait = aligned
         n_aligned = compute.shape[1]
         compute_mean = compute.mean(axis=1)
-        if wait is None:             # not measured: the least time any rank spent in collectives is transfer
-            wait = comm - comm.min(axis=0)
+        inferred = comm - comm.min(axis=0)    # the least time any rank spent in collectives is transfer
+        if wait is None:
+            wait = inferred
+        elif np.isnan(wait).any():            # steps that measured nothing: inferred
+            wait = np.where(np.isnan(wait), inferred, wait)
+        else:
+            measured = True
         wait_mean = wait.mean(axis=1)
     rows = []
     for i, r in enumerate(ranks):

@@ -44,9 +44,11 @@ class RankRecord:
     ring_first_step: int
     compute: np.ndarray               # the last steps one by one (seconds): step - comm (its own work)
     comm: np.ndarray                  # in collectives (transfer, and waiting for the last rank)
-    wait: Optional[np.ndarray] = None  # of comm: waiting for the last rank (None: format 1, not measured)
-    wait_s: float = 0.0               # steps 2..n, summed
+    wait: Optional[np.ndarray] = None  # of comm: waiting for the last rank (None: format 1; NaN: a step
+    #                                    in which no agreement carried an arrival, not measured)
+    wait_s: float = 0.0               # steps 2..n that measured it, summed
     arrivals: int = 0                 # agreements that carried this rank's arrival (0: no wait measured)
+    waited_steps: int = 0             # timed steps that measured it
     argv: List[str] = field(default_factory=list)     # the program and its arguments
     run_step: Optional[int] = None    # the run's step reached (a checkpointed run's own numbering)
     resumed_from: Optional[int] = None  # the checkpoint's step this run resumed after
@@ -56,8 +58,8 @@ class RankRecord:
 
     @property
     def measured_wait(self) -> bool:
-        """Whether this rank measured its wait for the last rank (its agreements carried arrivals)."""
-        return self.wait is not None and self.arrivals > 0
+        """Whether this rank measured its wait for the last rank in every timed step."""
+        return self.wait is not None and self.waited_steps == self.timed_steps
 
     @property
     def mean_step_s(self) -> Optional[float]:
@@ -69,7 +71,7 @@ class RankRecord:
 
     @property
     def mean_wait_s(self) -> Optional[float]:
-        return self.wait_s / self.timed_steps if self.timed_steps and self.measured_wait else None
+        return self.wait_s / self.waited_steps if self.waited_steps and self.wait is not None else None
 
 
 @dataclass
@@ -111,6 +113,7 @@ def _record(data: dict) -> RankRecord:
         compute=_ring(data.get("ring_compute_s", "")), comm=_ring(data.get("ring_comm_s", "")),
         wait=_ring(data["ring_wait_s"]) if "ring_wait_s" in data else None,
         wait_s=float(data.get("wait_s") or 0.0), arrivals=int(data.get("arrivals") or 0),
+        waited_steps=int(data.get("waited_steps") or 0),
         argv=[str(a) for a in data.get("argv") or []], run_step=_int(data.get("run_step")),
         resumed_from=_int(data.get("resumed_from")), checkpoint_step=_int(data.get("checkpoint_step")),
         gpu_peak_bytes=data.get("gpu_peak_bytes"), lms=data.get("lms"))
