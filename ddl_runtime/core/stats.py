@@ -7,8 +7,8 @@ steps one by one (float32, for the report).
 
 Every wait is counted where it happens: each collective of the runtime (its calls, a handle's
 wait() and done(), a flat bucket's start(), Horovod's negotiated requests, the GPU transports'
-handles) is wrapped by `collective`, which adds the time spent inside it (outermost call only,
-per thread) to the step's communication; a rank's compute is the rest of the step, its own work.
+handles) is wrapped by `collective`, which adds the time spent inside it (the outermost call
+only) to the step's communication; a rank's compute is the rest of the step, its own work.
 The wait for the last rank is measured from the ranks' arrival times: each agreement of the
 runtime (the signature's MAX reduction on the MPI path, the shared-memory barrier on one host),
 which every collective already makes, carries one int64 more, this rank's `arrival()`: the own
@@ -69,34 +69,24 @@ def section(name: str, provider: Callable[[], Optional[dict]]) -> None:
 
 def collective(fn: Callable) -> Callable:
     """`fn` is (part of) a collective: the time a call spends in it is communication in this rank's
-    record (nested calls count once).  Two clock reads a call."""
+    record (a call inside another counts once, with it).  Two clock reads a call.  A flag, not a
+    depth: a second thread's collective that overlaps one already counted adds nothing (the time
+    is counted once), and no interleaving can leave the count stuck."""
     @functools.wraps(fn)
     def counted(*args, **kwargs):
         st = CURRENT
-        if st is None:
+        if st is None or st._inside:
             return fn(*args, **kwargs)
-        mine = st._thread
-        if mine.depth:
-            mine.depth += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                mine.depth -= 1
-        mine.depth = 1
-        mine.entered = entered = st.clock()
+        st._inside = True
+        st._entered = entered = st.clock()
         try:
             return fn(*args, **kwargs)
         finally:
-            mine.depth = 0
+            st._inside = False
             spent = st.clock() - entered
             st._comm += spent
             st._comm_run += spent
     return counted
-
-
-class _InCollective(threading.local):
-    depth = 0                # collective calls this thread is inside
-    entered = 0.0            # when it entered the outermost one
 
 
 _building = threading.local()
@@ -181,7 +171,8 @@ class RunStats:
         self._last_end = self._origin
         self._last_write = self._origin
         self.status = "running"
-        self._thread = _InCollective()
+        self._inside = False                       # in a collective now (`collective`)
+        self._entered = 0.0                        # since then
         self._comm = 0.0                           # in collectives since the last step's end
         self._comm_run = 0.0                       # ... since the start (own work = clock - this)
         self._wait = 0.0                           # waited for the last rank since the last step's end
@@ -196,8 +187,7 @@ class RunStats:
     def arrival(self) -> int:
         """What this rank carries into an agreement: its own work (ns) since the previous one ended,
         up to where it entered the collective it is in."""
-        mine = self._thread
-        at = mine.entered if mine.depth else self.clock()
+        at = self._entered if self._inside else self.clock()
         own = self._own_now = at - self._comm_run
         return int((own - self._own_ref) * 1e9)
 

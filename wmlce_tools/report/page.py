@@ -296,12 +296,15 @@ def render_page(rep: Report) -> str:
                      f"{s.others_wait_ms:.1f}", f"{s.others_wait_s:.1f}"] for s in a.stragglers]
             strag = _table(["rank", "node", "compute ms/step", "the others' median", "above it", "others wait ms/step",
                             "others wait s (run)"], rows)
-        else:
+        elif len(a.rows) > 1:
             strag = (f"<p>None: no rank's compute is more than {STRAGGLER_PCT:.0f} % above the median of the other "
                      f"ranks' (the median rank's: {_ms(a.median_compute_ms)} ms).</p>")
+        else:
+            strag = ""
         steps = _steps_figure(a)
         if strag or steps:
-            sections.append("<h2>Stragglers</h2>" + strag + (_figure_html(pio, steps, "steps") if steps else ""))
+            sections.append(f"<h2>{'Stragglers' if len(a.rows) > 1 else 'Steps'}</h2>" + strag
+                            + (_figure_html(pio, steps, "steps") if steps else ""))
     elif rep.kind == "job":
         sections.append(f"<p>{html.escape(rep.parts[0].line)}</p>")
     line = f"{main.label}: {main.line}" if main is not None else ""

@@ -143,8 +143,11 @@ class Report:
             return ""
         if self.kind == "chain":
             return "the last segment with records"
-        if any(p is main for p in best_trials(self, len(self.parts))):
+        ranked = best_trials(self, len(self.parts))
+        if ranked and ranked[0] is main:
             return f"the best trial by {self.metric}"
+        if any(p is main for p in ranked):
+            return f"the best trial with records by {self.metric}"
         why = ("no completed trial printed a numeric metric" if self.metric is None or not best_trials(self, 1)
                else "the best trials have no records")
         return f"the last {'completed ' if main.state == COMPLETED else ''}trial with records; {why}"
