@@ -44,6 +44,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=21)
     p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--noise", action="store_true",
+                   help="also time a third kind, end_step() alone (under 1 us): how far apart this machine puts "
+                        "two kinds that cost the same")
     a = p.parse_args()
     if a.blocks < 2 or a.steps < 1:
         p.error("--blocks >= 2 and --steps >= 1")
@@ -57,9 +60,9 @@ def main() -> int:
     record = opt._ddl_stats
     assert core_stats.CURRENT is record
 
-    def use(new: bool) -> None:
-        core_stats.CURRENT = record if new else None
-        opt._ddl_stats = record if new else _NoRecord()
+    def use(kind: str) -> None:
+        core_stats.CURRENT = record if kind == "new" else None
+        opt._ddl_stats = _NoRecord() if kind == "old" else record
 
     def block() -> float:
         t0 = time.perf_counter()
@@ -69,15 +72,16 @@ def main() -> int:
             opt.step()
         return (time.perf_counter() - t0) / a.steps
 
-    use(True)
+    kinds = ["new", "old"] + (["end"] if a.noise else [])
+    use("new")
     block()                                   # warm-up
-    times = {True: [], False: []}
+    times = {k: [] for k in kinds}
     arrivals = record.arrivals
-    for i in range(a.blocks * 2):
-        new = (i % 2 == 0) if (i // 2) % 2 == 0 else (i % 2 == 1)     # ABBA: neither kind always first
-        use(new)
-        times[new].append(block())
-    use(True)
+    for i in range(a.blocks):
+        for kind in (kinds if i % 2 == 0 else kinds[::-1]):      # ABBA: no kind always first
+            use(kind)
+            times[kind].append(block())
+    use("new")
     carried = (record.arrivals - arrivals) / (a.blocks * a.steps)
     reads = [0]                              # then, apart: how many counted calls a step makes
 
@@ -90,7 +94,7 @@ def main() -> int:
     record.clock = time.perf_counter
     calls = (reads[0] / a.steps - 1) / 2     # two reads a counted call, one for end_step()
     if ddl.rank() == 0:
-        new, old = statistics.median(times[True]), statistics.median(times[False])
+        new, old = statistics.median(times["new"]), statistics.median(times["old"])
         st = core_stats.CURRENT = RunStats(0, 2, None)
         nothing = collective(lambda: None)
         counted = per_call(nothing)
@@ -102,6 +106,8 @@ def main() -> int:
         core_stats.CURRENT = record
         print(f"step with the record {new * 1e3:.3f} ms, without {old * 1e3:.3f} ms (median of {a.blocks} blocks of "
               f"{a.steps} steps each): new/old {new / old:.4f}; {carried:.1f} arrivals carried a step")
+        if a.noise:
+            print(f"end_step() alone / old: {statistics.median(times['end']) / old:.4f} (the noise between kinds)")
         print(f"alone: a counted collective call +{(counted - bare) * 1e6:.2f} us, an arrival carried "
               f"{arrival * 1e6:.2f} us, end_step() {end * 1e6:.2f} us: "
               f"{100 * (counted - bare) / old:.3f} %, {100 * arrival / old:.3f} %, {100 * end / old:.3f} % of the step")
