@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import WmlError
 from ..runstats.analysis import STRAGGLER_PCT, Analysis, partial_note
-from .run import COMPLETED, Part, Report, best_trials, duration, stamp
+from .run import COMPLETED, Part, Report, best_trials, stamp
 
 COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026", "other": "#aaaaaa"}
 # the timeline's kinds of span (run.py: Span.kind), in legend order: (legend, colour)
