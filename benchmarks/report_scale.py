@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ddl_runtime.core.stats import RunStats  # noqa: E402
+from ddl_runtime.core import stats as core_stats  # noqa: E402
+from ddl_runtime.core.stats import RunStats, collective  # noqa: E402
 
 
 class _Clock:
@@ -37,23 +38,32 @@ class _Clock:
 
 
 def write_records(directory: Path, ranks: int, per_node: int, steps: int, slow: int, seed: int = 0) -> None:
-    """Each step: rank r computes c_r (100 ms +- 3 %, the slow rank 1.3x), then waits in the step's
-    reduction for the slowest rank and 5 ms of transfer."""
+    """Each step: rank r computes c_r (100 ms +- 3 %, the slow rank 1.3x), then enters the step's
+    reduction, whose agreement carries its arrival (its own work since the last one: c_r) and
+    hands back the last rank's, waits there for the slowest rank, and 5 ms of transfer; the
+    runtime's own counting (core/stats.py: `collective`, `arrival`, `arrived`) on a made-up clock."""
     rng = random.Random(seed)
     compute = [[0.1 * (1.3 if r == slow else 1.0) * rng.uniform(0.97, 1.03) for _ in range(steps)]
                for r in range(ranks)]
     slowest = [max(compute[r][s] for r in range(ranks)) for s in range(steps)]
     for r in range(ranks):
         clock = _Clock()
-        st = RunStats(r, ranks, str(directory), interval_s=1e12, clock=clock)
+        st = core_stats.CURRENT = RunStats(r, ranks, str(directory), interval_s=1e12, clock=clock)
         st.placement = {"node_index": r // per_node, "nodes": -(-ranks // per_node), "local_rank": r % per_node,
                         "local_size": per_node, "gpu": r % per_node, "cores": f"{(r % per_node) * 8}-{(r % per_node) * 8 + 7}",
                         "visible_gpus": None}
+
+        @collective
+        def reduction(s: int) -> None:
+            st.arrived(st.arrival(), int(slowest[s] * 1e9))
+            clock.now += slowest[s] - compute[r][s] + 0.005
+
         for s in range(steps):
-            comm = slowest[s] - compute[r][s] + 0.005
-            clock.now += compute[r][s] + comm
-            st.end_step(comm, 25 << 20)
+            clock.now += compute[r][s]
+            reduction(s)
+            st.end_step(25 << 20)
         st.write("finished", {"host": f"n{r // per_node:04d}"})
+    core_stats.CURRENT = None
 
 
 def main() -> int:

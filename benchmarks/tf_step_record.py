@@ -1,6 +1,7 @@
 """What counting a step costs where Keras / TensorFlow run Python every step (issue 51's gap): the
-wrapper around a gradient reduction's body (frameworks/tensorflow.py `timed_gradient_step`: two
-clock reads, the bytes counted once, RunStats.reduced -> end_step) against the bare body, on a
+wrapper around a gradient reduction's body (frameworks/tensorflow.py `timed_gradient_step`: the
+bytes counted once, RunStats.reduced -> end_step; the collectives inside count their own time,
+benchmarks/stats_overhead.py) against the bare body, on a
 no-op body of 161 float32 arrays (ResNet-50's gradient count), in alternating blocks of one run.
 
     python benchmarks/tf_step_record.py [--blocks 21] [--calls 20000]

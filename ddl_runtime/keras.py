@@ -34,7 +34,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from typing import Any, Callable, Dict, List, Sequence
 
 
@@ -258,11 +257,10 @@ def _average_gradients_torch(grads: List[Any], variables: List[Any], names: List
 
 def reduce_torch_gradients(reduce: Callable[[], Any], tensors: Sequence[Any]) -> Any:
     """reduce() (a step's gradient reduction on Keras' torch backend, run eagerly every step), its
-    time and bytes reported to this rank's record, which ends a step (core/stats.py)."""
-    start = time.perf_counter()
+    bytes reported to this rank's record, which ends a step (core/stats.py; the collectives count
+    their own time)."""
     out = reduce()
-    _runtime.current().stats.reduced(time.perf_counter() - start,
-                                     sum(t.numel() * t.element_size() for t in tensors))
+    _runtime.current().stats.reduced(sum(t.numel() * t.element_size() for t in tensors))
     return out
 
 

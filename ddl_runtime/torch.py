@@ -32,7 +32,6 @@ import io
 import os
 import sys
 import tempfile
-import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -450,7 +449,6 @@ class _DistributedOptimizerMixin:
             )
         init()
         self._ddl_stats = _runtime.current().stats   # each step's time, wait and bytes (core/stats.py)
-        self._ddl_comm_s = 0.0
         self._ddl_op = op
         self._ddl_passes = int(backward_passes_per_step)
         self._ddl_size = size()
@@ -662,11 +660,7 @@ class _DistributedOptimizerMixin:
         if self._ddl_size == 1 or self._ddl_synced:
             self._ddl_synced = True
             return
-        t0 = time.perf_counter()
-        try:
-            self._ddl_wait_reductions()
-        finally:
-            self._ddl_comm_s += time.perf_counter() - t0
+        self._ddl_wait_reductions()   # the collectives count their time in the record (core/stats.py)
 
     def _ddl_wait_reductions(self) -> None:
         # Buckets whose gradients never all arrived (unused parameters, or a rank where a
@@ -743,8 +737,7 @@ class _DistributedOptimizerMixin:
         self._ddl_synced = False
         if self._ddl_size > 1:
             self._ddl_reset()
-        self._ddl_stats.end_step(self._ddl_comm_s, self._ddl_bytes)
-        self._ddl_comm_s = 0.0
+        self._ddl_stats.end_step(self._ddl_bytes)
         return out
 
     def zero_grad(self, set_to_none: bool = True) -> None:

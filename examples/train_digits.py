@@ -11,7 +11,9 @@ Runs as it is on one process, or on N ranks under any MPI launcher::
 The changes from a single-process script are the usual four, marked ``# DDL:`` below:
 shard the data by rank, scale the learning rate by the number of ranks, start every rank from
 rank 0's weights, and average the gradients every step.  Rank 0 logs; at the end every rank
-checks that all ranks hold identical parameters (exit status 1 if they do not).
+checks that all ranks hold identical parameters (exit status 1 if they do not), and rank 0
+prints one JSON line of metrics (``{"loss": ..., "acc": ..., "test_acc": ..., "seconds": ...}``),
+which a sweep's trial records (``wml sweep show RUN --sort loss``, ``wml report RUN``).
 
 The digits data (1,797 8x8 images) ships inside scikit-learn: nothing is downloaded.
 """
@@ -229,6 +231,11 @@ def main(argv=None) -> int:
     else:
         ddl.log(f"ERROR: parameters differ across ranks (max difference {divergence:g})")
     ddl.log(f"final test accuracy {final_acc:.4f} after {args.epochs} epochs in {elapsed:.1f} s")
+    if ddl.is_root() and history:
+        # one JSON line of metrics: a sweep's trial result (wml sweep show --sort loss, wml report's plot)
+        last = history[-1]
+        print(json.dumps({"loss": round(last["loss"], 6), "acc": round(last["accuracy"], 6),
+                          "test_acc": round(final_acc, 6), "seconds": round(elapsed, 3)}), flush=True)
     if args.json and ddl.is_root():
         with open(args.json, "w") as fh:
             json.dump({"ranks": size, "test_accuracy": final_acc, "identical": identical,

@@ -7,6 +7,7 @@ import abc
 from typing import Optional
 
 from ..errors import DDLInputError
+from ..state import runtime as _rt
 from . import saving, stop
 
 
@@ -34,6 +35,9 @@ class StepBoundary(abc.ABC):
         """Call after each completed step on every rank.  When the ranks agree to stop, saves and
         exits with status 75 (never returns); else saves every `every` steps.  Returns whether it saved.
         With ``steps``, the last step only returns (every rank knows it: no agreement to make)."""
+        rt = _rt.get()
+        if rt is not None:
+            rt.stats.run_step = step      # the step the run reached, in this rank's record (core/stats.py)
         if not self.active:
             return False
         if self.steps is not None and step >= self.steps - 1:

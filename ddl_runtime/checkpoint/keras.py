@@ -33,6 +33,7 @@ from typing import Any, Dict, Optional
 import keras
 
 from ..errors import DDLInputError
+from ..state import runtime as _rt
 from . import rng, saving, stop
 from . import variables as _vars
 
@@ -131,6 +132,7 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
                 if keras.backend.backend() == "tensorflow":  # `data` is the iterator the step reads
                     for _ in range(int(model.steps_per_execution or 1)):
                         next(data, None)
+                _rt.current().stats.passed()   # no step in this rank's record (core/stats.py)
                 return {}
             model.train_function = train
             rng.restore(resume.stop_rng)
@@ -148,6 +150,7 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
         if not self.active or (self._resume is not None and batch <= self._resume.batch):
             return
         self._step += 1
+        _rt.current().stats.run_step = self._step    # the step the run reached (core/stats.py)
         if stop.agree(self._step):
             self.save(batch)
             saving.exit_resume()

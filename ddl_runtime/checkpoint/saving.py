@@ -112,7 +112,9 @@ def save(state: Dict[str, Any], step: int, framework: str = "") -> Path:
             except Exception as exc:  # noqa: BLE001 - reported on every rank
                 result = store.CheckpointError(f"save(step={step}): could not write the checkpoint in {d}: "
                                                f"{type(exc).__name__}: {exc}")
-    return _outcome(rt, result)
+    path = _outcome(rt, result)
+    rt.stats.checkpoint_step = step       # this rank's record: the run's last checkpoint (core/stats.py)
+    return path
 
 
 def load(restore_rng: bool = True) -> Optional[Restored]:
@@ -166,6 +168,7 @@ def load(restore_rng: bool = True) -> Optional[Restored]:
         rng.restore(states[rt.rank % len(states)])
     if rt.rank == 0:
         _log.log(f"resuming from the checkpoint of step {restored.step} ({restored.path})")
+    rt.stats.resumed_from = rt.stats.run_step = restored.step     # this rank's record (core/stats.py)
     return Restored(payload["state"], restored.step, restored.path)
 
 

@@ -32,6 +32,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from ..core.stats import collective
 from ..state import runtime as _rt
 from ..engine.buffers import as_tensor
 from ..engine.engine import Handle
@@ -92,6 +93,7 @@ class FlatAllreduce:
         self._staged = shm.epoch
         return self._slots[(shm.epoch + 1) & 1][shm.rank]
 
+    @collective
     def start(self) -> Handle:
         """Reduce what buffer() was filled with; the handle's wait() returns the reduced array,
         which holds the result until the next buffer() (other collectives leave it alone)."""
@@ -132,9 +134,11 @@ class _Private:
     def __init__(self, handle, array: np.ndarray) -> None:
         self.handle, self.array = handle, array
 
+    @collective
     def done(self) -> bool:
         return self.handle.done()
 
+    @collective
     def wait(self) -> np.ndarray:
         self.handle.wait()
         return self.array

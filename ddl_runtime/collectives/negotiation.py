@@ -33,6 +33,7 @@ from mpi4py import MPI
 from . import adasum
 from ..engine import kernels
 from ..core import log as _log
+from ..core.stats import collective
 from ..errors import DDLError, DDLInputError, DDLMismatchError
 from ..transports.shm.output_pool import RESULTS
 from .response_cache import CAPACITY, PER_ROUND, ResponseCache
@@ -94,6 +95,7 @@ class Handle:
         self.result: Any = None
         self._pending_data = 0
 
+    @collective
     def done(self) -> bool:
         """Whether it had finished when asked (never blocks).  A call that finds it unfinished
         drives the engine, so a later call may find it done, as Horovod's poll reads a status its
@@ -104,6 +106,7 @@ class Handle:
         self.controller.progress()
         return False
 
+    @collective
     def wait(self, timeout: Optional[float] = None) -> Any:
         self.controller.wait_for(self, timeout)
         if self.error is not None:
@@ -160,6 +163,7 @@ class Controller:
         self.noname[kind] = n + 1
         return f"noname.{n}"
 
+    @collective
     def submit(self, request: Request) -> Handle:
         with self.lock:
             return self._submit(request)

@@ -5,6 +5,9 @@ communication; (2) the watchdog records the collective; (3) the signature agreem
 the control communicator, raising DDLMismatchError on every rank when ranks disagree;
 (4) the data movement through the engine.  Results are written in place into the
 caller's tensors (allgather returns a new one; allreduce_n_into writes into given outputs).
+Each public collective (and `_agree`, which others call directly) counts its time as
+communication in this rank's record, and the agreement carries the rank's arrival
+(core/stats.py: `collective`, `RunStats.arrival`).
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from mpi4py import MPI
 
+from ..core import stats as _stats
+from ..core.stats import collective
 from ..state import runtime as _rt
 from ..engine.algorithms import MPI_OPS, MPI_TYPES, split_counts
 from ..engine.buffers import FLOAT_DTYPES, SUPPORTED_DTYPES, TensorRef, as_tensor, is_torch_tensor, new_like
@@ -75,6 +80,7 @@ def _as_list(tensors: Any, what: str) -> list:
     return list(tensors)
 
 
+@collective
 def _agree(rt: "_rt.Runtime", what: str, signature) -> None:
     """Record the collective and make sure every rank calls the same one with the same tensors."""
     rt.watchdog.start(what)
@@ -82,10 +88,14 @@ def _agree(rt: "_rt.Runtime", what: str, signature) -> None:
         if not rt.shm.barrier(digest(signature)):
             raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
         return
-    buf = agreement_buffer(signature)
+    record = _stats.CURRENT                       # the arrival rides on the agreement (core/stats.py)
+    arrival = record.arrival() if record is not None else 0
+    buf = agreement_buffer(signature, arrival)
     rt.engine.wait_request(rt.control.Iallreduce(MPI.IN_PLACE, [buf, MPI.INT64_T], MPI.MAX))
     if not agreed(buf):
         raise_mismatch(f"{what} (collective #{rt.watchdog.seq})", rt.control.allgather(signature))
+    if record is not None:
+        record.arrived(arrival, int(buf[2]))
 
 
 def _reduce_small(rt: "_rt.Runtime", refs: Sequence[TensorRef], op: str, what: str, signature) -> bool:
@@ -233,6 +243,7 @@ def algorithm() -> str:
 
 
 # -- collectives --------------------------------------------------------------------------
+@collective
 def barrier() -> None:
     rt = _rt.current()
     rt.timeline.begin("BARRIER")
@@ -240,6 +251,7 @@ def barrier() -> None:
     rt.timeline.end("BARRIER")
 
 
+@collective
 def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     """Reduce `x` across ranks in place and return it (a Python number returns a new number)."""
     rt = _rt.current()
@@ -272,6 +284,7 @@ def allreduce(x: Any, op: str = "sum", name: Optional[str] = None) -> Any:
     return x
 
 
+@collective
 def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, check: float = 0.0,
                 names: Optional[Sequence[str]] = None) -> list:
     """Reduce a list of tensors in one fused, topology-aware call; returns the list (in place).
@@ -285,6 +298,7 @@ def allreduce_n(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, chec
     return list(tensors)
 
 
+@collective
 def allreduce_n_into(tensors: Sequence[Any], outputs: Sequence[np.ndarray], op: str = "sum", mpi: bool = False,
                      check: float = 0.0, names: Optional[Sequence[str]] = None) -> list:
     """allreduce_n out of place: `tensors` (numpy arrays, may be read-only) are only read, and the
@@ -315,6 +329,7 @@ def allreduce_n_into(tensors: Sequence[Any], outputs: Sequence[np.ndarray], op: 
     return list(outputs)
 
 
+@collective
 def allreduce_n_fresh(tensors: Sequence[Any], op: str = "sum", mpi: bool = False, check: float = 0.0,
                       names: Optional[Sequence[str]] = None) -> Tuple[Optional[np.ndarray], list]:
     """allreduce_n out of place into memory the runtime picks; returns (flat, results).
@@ -450,6 +465,7 @@ def _reduce_n(refs: List[TensorRef], op: str, mpi: Any, check: Any, what: str) -
     rt.timeline.end("allreduce_n")
 
 
+@collective
 def allreduce_n_async(tensors: Sequence[Any], op: str = "avg", names: Optional[Sequence[str]] = None):
     """Start reducing a list of tensors; returns a handle whose wait() returns the list.
 
@@ -551,6 +567,7 @@ def bcast(x: Any, root: int = 0, name: Optional[str] = None) -> Any:
     return bcast_n([x], root=root, names=[name or "tensor"])[0]
 
 
+@collective
 def bcast_n(tensors: Sequence[Any], root: int = 0, names: Optional[Sequence[str]] = None) -> list:
     """Broadcast a list of tensors from `root` (all in flight at once); returns the list."""
     rt = _rt.current()
@@ -583,6 +600,7 @@ def _bcast_refs(rt, refs: Sequence[TensorRef], root: int) -> None:
         rt.timeline.span("BCAST", TID_MPI, t0, _now(), {"bytes": sum(r.nbytes for r in refs), "root": root})
 
 
+@collective
 def bcast_object(obj: Any, root: int = 0) -> Any:
     """Broadcast a picklable Python object from `root`; returns root's object on every rank."""
     rt = _rt.current()
@@ -591,6 +609,7 @@ def bcast_object(obj: Any, root: int = 0) -> Any:
     return rt.control.bcast(obj, root=root)
 
 
+@collective
 def allgather(x: Any, name: Optional[str] = None) -> Any:
     """Concatenate every rank's `x` along the first axis (first dims may differ); returns a new tensor."""
     rt = _rt.current()
@@ -629,6 +648,7 @@ def _gather(rt, ref: TensorRef) -> Any:
     return new_like(ref, out, (int(counts.sum()),) + tuple(shape[1:]))
 
 
+@collective
 def shared_zeros(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     """A zeroed numpy array in shared memory, for buffers reduced every step (e.g. gradients).
 

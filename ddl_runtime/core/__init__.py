@@ -5,8 +5,10 @@
 * topology.py: the grouping of ranks (DDL_OPTIONS modes, levels).
 * watchdog.py: the stall inspector (DDL_STALL_WARNING_S / DDL_STALL_SHUTDOWN_S).
 * log.py: one-line diagnostics prefixed with the rank.
-* stats.py: each rank's record (steps, step and collective time, bytes, the last steps one by
-  one), written to DDL_STATS_DIR for `wml report`; rooms above add sections (LMS) by name.
+* stats.py: each rank's record (steps, step and collective time, the wait for the last rank
+  measured from the arrivals its agreements carry, bytes, the last steps one by one), written to
+  DDL_STATS_DIR for `wml report`; `collective` wraps the collectives of the rooms above (their time
+  is communication); rooms above add sections (LMS) by name.
 
 Beside this room, at the package's top because users reach them by those names:
 errors.py (the exception types, printed as ddl_runtime.errors.DDLInputError) and timeline.py

@@ -18,6 +18,7 @@ from typing import Callable, Deque, List, Optional, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from ..core.stats import collective
 from .algorithms import Algorithms, Chain
 from .fusion import BucketSpec, Pool
 from .buffers import TensorRef, store_result, widen
@@ -35,11 +36,13 @@ class Handle:
         self.results = results
         self.remaining = buckets
 
+    @collective
     def done(self) -> bool:
         if self.remaining:
             self.engine.progress()
         return self.remaining == 0
 
+    @collective
     def wait(self) -> list:
         if self.remaining:
             self.engine.wait(lambda: self.remaining == 0)

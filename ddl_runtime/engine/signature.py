@@ -3,7 +3,7 @@
 Each collective has a signature (the operation, its arguments, and every tensor's name,
 dtype and shape).  Its 64-bit digest (computed once per distinct signature, then cached)
 is reduced with MAX over (d, -d): when max(d) == -max(-d) every rank passed the same
-signature.  Only when they differ do ranks exchange full signatures, so the error can name
+signature.  The same reduction carries each rank's arrival time (core/stats.py).  Only when they differ do ranks exchange full signatures, so the error can name
 the first tensor that differs and which ranks hold which version.
 """
 from __future__ import annotations
@@ -32,9 +32,11 @@ def digest(signature: Signature) -> int:
     return cached
 
 
-def agreement_buffer(signature: Signature) -> np.ndarray:
+def agreement_buffer(signature: Signature, arrival: int = 0) -> np.ndarray:
+    """What a rank reduces with MAX to agree: (d, -d) and its arrival (core/stats.py: the largest
+    is the last rank's), one reduction for both."""
     d = digest(signature)
-    return np.array([d, -d], dtype=np.int64)
+    return np.array([d, -d, arrival], dtype=np.int64)
 
 
 def agreed(reduced_max: np.ndarray) -> bool:

@@ -43,7 +43,6 @@ agreed stop, saves and exits 75.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
@@ -348,19 +347,18 @@ def _run(core: Callable[[List[np.ndarray]], List[np.ndarray]], tensors: List[tf.
 
 def timed_gradient_step(core: Callable[[List[np.ndarray]], Any]) -> Callable[[List[np.ndarray]], Any]:
     """`core` as it is built now: inside core.stats.gradient_reduction() each run of it (every
-    step, also in a traced function) reports its time and bytes to this rank's record."""
+    step, also in a traced function) reports its bytes to this rank's record, which ends a step
+    there (the collectives in it count their own time)."""
     if not building_gradient_reduction():
         return core
     stats = _runtime.current().stats
     size = [-1, 0]     # gradients keep their variables' shapes: their bytes, counted once per count
 
     def timed(arrays):
-        start = time.perf_counter()
         out = core(arrays)
-        spent = time.perf_counter() - start
         if size[0] != len(arrays):
             size[:] = [len(arrays), sum(a.nbytes for a in arrays)]
-        stats.reduced(spent, size[1])
+        stats.reduced(size[1])
         return out
 
     return timed

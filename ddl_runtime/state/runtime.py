@@ -18,6 +18,7 @@ from typing import Optional
 from mpi4py import MPI
 
 from ..core import log as _log
+from ..core import stats as _stats
 from ..core.stats import RunStats, cpu_list
 from . import hooks as _hooks
 from ..engine.algorithms import Algorithms, Level
@@ -85,6 +86,9 @@ class Runtime:
         self.stats = RunStats(self.rank, self.size, self.env.stats_dir, self.env.stats_interval_s)
         self.stats.placement = self._placement()
         self.stats.extra = self._gpu_peak
+        if self.shm is not None:
+            self.shm.carries_arrivals = True  # its agreement barriers carry the ranks' arrivals (core/stats.py)
+        _stats.CURRENT = self.stats          # the collectives count their time into this rank's record
         self._select_gpu()
         from ..transports.gpu import transport
         self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
@@ -206,6 +210,8 @@ class Runtime:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
         self.write_stats("stopped" if self.stats.status == "stopped" else "finished")
+        if _stats.CURRENT is self.stats:
+            _stats.CURRENT = None
         if gpu is not None:
             gpu.shutdown(self, collective=not missing)  # the NCCL process group, the IPC groups
         if not missing:

@@ -43,8 +43,9 @@ def test_three_walltimes_on_the_local_site_equal_one_job(run_wml, tmp_path):
     jobs = run_wml("jobs")
     rows = [ln.split() for ln in jobs.stdout.splitlines()]
     assert rows[1][:2] == ["run", info["run_id"]] and "FINISHED" in rows[1], jobs.stdout
-    assert [(r[1], r[5], r[7]) for r in rows[2:5]] == [("1/3", "STOPPED", "10"), ("2/3", "STOPPED", "20"),
-                                                       ("3/3", "COMPLETED", "20")], jobs.stdout
+    # STEP: the step the ranks reached ("-": this program keeps no ddl_runtime record); CKPT: latest.json's
+    assert [(r[1], r[5], r[7], r[8]) for r in rows[2:5]] == [("1/3", "STOPPED", "-", "10"), ("2/3", "STOPPED", "-", "20"),
+                                                             ("3/3", "COMPLETED", "-", "20")], jobs.stdout
 
 
 def test_a_chain_too_short_says_how_to_go_on(run_wml, tmp_path):

@@ -49,10 +49,13 @@ def test_a_signal_at_start_stops_each_segment_after_one_agreed_step(run_wml, tmp
     page = tmp_path / "chain.html"
     rep = run_wml("report", run_id, "--html", str(page), env={"COLUMNS": "250"})
     assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
-    rows = [ln for ln in rep.stdout.splitlines() if re.match(r"│ segment [123]/3 ", ln)]
-    assert len(rows) == 3, rep.stdout
-    assert all("stopped for the walltime" in r for r in rows[:2]) and "stopped" not in rows[2], rep.stdout
+    rows = [[c.strip() for c in ln.strip("│").split("│")] for ln in rep.stdout.splitlines() if re.match(r"│ [123]/3 ", ln)]
+    assert [(r[1], r[2], r[-2], r[-1]) for r in rows] == [("STOPPED", "75", "0", "0"), ("STOPPED", "75", "1", "1"),
+                                                          ("COMPLETED", "0", "2", "1")], rep.stdout   # reached, ckpt
+    lines = [ln for ln in rep.stdout.splitlines() if re.match(r"segment [123]/3: ", ln) and "per rank" not in ln]
+    assert len(lines) == 3, rep.stdout
+    assert all("stopped for the walltime" in r for r in lines[:2]) and "stopped" not in lines[2], rep.stdout
     from helpers.page import drawn
 
     marks = drawn(page)
-    assert marks["segments"] >= 3 and marks["layout"] == 1, marks      # one step a segment: none to time
+    assert marks["timeline"] >= 3 and marks["layout"] == 1, marks      # one step a segment: none to time

@@ -1,4 +1,6 @@
 """The digits examples train to >= 95 % test accuracy, 1 rank and 2 ranks, and end in sync."""
+import json
+
 import pytest
 
 from fw_helpers import EXAMPLES, read_json, run
@@ -12,6 +14,11 @@ def _check_train_digits(result_json, stdout, ranks):
     # rank 0 alone logs: one line per epoch, and the verdict
     assert stdout.count("epoch   8/8") == 1, stdout[-3000:]
     assert f"all {ranks} rank(s) hold identical parameters" in stdout
+    # rank 0's JSON line of metrics, once: what a sweep's trial records (README: wml sweep show --sort loss)
+    metrics = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()
+               if line.split("] ", 1)[-1].startswith("{")]
+    assert len(metrics) == 1 and set(metrics[0]) == {"loss", "acc", "test_acc", "seconds"}, stdout[-3000:]
+    assert metrics[0]["test_acc"] == pytest.approx(res["test_accuracy"], abs=1e-6) and 0 < metrics[0]["loss"] < 1, metrics
 
 
 def test_train_digits_plain_python(tmp_path):

@@ -1,14 +1,19 @@
 """Training that outlives a job (issue 26), Keras on both backends and a TensorFlow custom loop:
 the walltime's signal reaches one rank mid-epoch, every rank saves and exits 75, the next job
 resumes and ends with the very weights of the same run done in one go; a corrupt checkpoint is
-refused with one line on every rank.  Real ranks: `ddlrun -n 2`, two jobs per case.
+refused with one line on every rank.  The resumed job's run record (issue 59) counts the steps
+it really trained (9: steps 9 to 17; the batches a resumed epoch passes over are no steps), the
+run's step it reached (17) and the checkpoint it resumed after (8), and ``wml report`` says so.
+Real ranks: `ddlrun -n 2`, two jobs per case.
 """
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from fw_helpers import WORKERS, ddlrun
+from fw_helpers import REPO, WORKERS, ddlrun
 
 from ddl_runtime.checkpoint.protocol import CHECKPOINT_DIR_ENV, EXIT_RESUME, LATEST_FILE, STOP_SIGNAL_ENV
 
@@ -34,8 +39,17 @@ def test_stopped_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path, mode, 
     # rank 1 alone got the signal after its 9th step; both stopped there (steps count from 0)
     assert json.loads((ckpt / LATEST_FILE).read_text())["step"] == 8, first.output
 
-    second = ddlrun(2, WORKERS / "walltime_resume.py", mode, "resume", str(out), env=env, timeout=240)
+    stats = tmp_path / "stats"
+    second = ddlrun(2, WORKERS / "walltime_resume.py", mode, "resume", str(out), env=dict(env, DDL_STATS_DIR=str(stats)),
+                    timeout=240)
     assert second.returncode == 0, second.output
+    from wmlce_tools.runstats.records import load
+
+    rec = load(stats)
+    assert [(r.steps, r.run_step, r.resumed_from) for r in rec.ranks] == [(9, 17, 8)] * 2, second.output
+    rep = subprocess.run([sys.executable, "-m", "wmlce_tools", "report", str(stats), "--no-html"], cwd=str(REPO),
+                         capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0 and "job stats: 9 steps, step " in " ".join(rep.stdout.split()), rep.stdout + rep.stderr
     assert "resuming from the checkpoint of step 8" in second.stdout + second.stderr, second.output
     for r in range(2):
         ref, final = _weights(out / f"reference.rank{r}.npz"), _weights(out / f"final.rank{r}.npz")

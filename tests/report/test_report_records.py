@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ddl_runtime.core import stats as core_stats
 from ddl_runtime.core.jobenv import JobEnvironment
 from ddl_runtime.core.stats import RING, RunStats
 from ddl_runtime.errors import DDLInputError
@@ -36,12 +37,32 @@ def test_where_the_records_go_and_a_bad_interval_is_one_error():
         JobEnvironment.from_environ({"DDL_STATS_INTERVAL_S": "soon"})
 
 
-def test_a_step_is_counted_its_wait_kept_and_the_record_rewritten_every_interval(tmp_path):
+@pytest.fixture
+def counting():
+    """A record the collectives count into (core/stats.py: CURRENT), put back afterwards."""
+    before = core_stats.CURRENT
+    yield
+    core_stats.CURRENT = before
+
+
+def test_a_step_is_counted_its_wait_kept_and_the_record_rewritten_every_interval(tmp_path, counting):
     clock = Clock()
-    st = RunStats(3, 8, str(tmp_path), interval_s=10.0, clock=clock)
+    st = core_stats.CURRENT = RunStats(3, 8, str(tmp_path), interval_s=10.0, clock=clock)
+
+    @core_stats.collective
+    def reduction():          # 20 ms in a collective, 5 of them waiting for the last rank (2 ms behind)
+        clock.now += 0.015
+        st.arrived(st.arrival(), st.arrival() + 5_000_000)
+        inner()
+
+    @core_stats.collective
+    def inner():              # nested: counted once
+        clock.now += 0.005
+
     for i in range(RING + 5):
-        clock.now += 0.1
-        st.end_step(0.02, 100)
+        clock.now += 0.08
+        reduction()
+        st.end_step(100)
         if i == 50:       # 5.1 s in: not yet
             assert not (tmp_path / "rank3.json").exists()
     data = json.loads((tmp_path / "rank3.json").read_text())
@@ -52,7 +73,9 @@ def test_a_step_is_counted_its_wait_kept_and_the_record_rewritten_every_interval
     assert r.steps == RING + 5 and r.timed_steps == RING + 4 and r.bytes_reduced == 100 * (RING + 5)
     assert r.ring_first_step == 5 and len(r.compute) == RING
     assert r.compute == pytest.approx([0.08] * RING, abs=1e-6) and r.comm == pytest.approx([0.02] * RING, abs=1e-6)
+    assert r.wait == pytest.approx([0.005] * RING, abs=1e-6) and r.arrivals == RING + 5 and r.measured_wait
     assert r.mean_step_s == pytest.approx(0.1) and r.mean_comm_s == pytest.approx(0.02)
+    assert r.mean_wait_s == pytest.approx(0.005)
     assert rec.missing == [0, 1, 2, 4, 5, 6, 7] and rec.partial
     assert one_line(analyse(rec)).endswith("PARTIAL: no record from ranks 0-2,4-7 of 8")
 
@@ -88,28 +111,69 @@ def test_an_unreadable_record_is_named_and_no_record_at_all_is_one_error(tmp_pat
         report(str(empty))
 
 
-def test_reductions_end_steps_unless_a_callback_does_and_two_callbacks_count_once():
+def test_reductions_end_steps_unless_a_callback_does_and_two_callbacks_count_once(counting):
     """Keras / TensorFlow (core/stats.py): a gradient reduction ends a step in a custom loop; a
     callback that claims the steps ends them instead, its step carrying the reductions' time and
-    bytes; the last callback to claim counts (two in one fit: one step a batch)."""
+    bytes; the last callback to claim counts (two in one fit: one step a batch); a batch that a
+    resumed epoch passes over is no step."""
     clock = Clock()
-    st = RunStats(0, 2, None, clock=clock)
+    st = core_stats.CURRENT = RunStats(0, 2, None, clock=clock)
+
+    @core_stats.collective
+    def reduce(spent):
+        clock.now += spent
+
     for _ in range(3):
-        clock.now += 0.1
-        st.reduced(0.03, 40)
+        clock.now += 0.07
+        reduce(0.03)
+        st.reduced(40)
     assert st.steps == 3 and st.bytes_reduced == 120 and st.comm_s == pytest.approx(0.06)
     first, second = object(), object()
     st.claim_steps(first)
     st.claim_steps(second)
-    clock.now += 0.1
-    st.reduced(0.02, 40)
-    st.reduced(0.01, 40)          # e.g. two reductions in one step: still one step
+    clock.now += 0.07
+    reduce(0.02)
+    st.reduced(40)
+    reduce(0.01)
+    st.reduced(40)                # e.g. two reductions in one step: still one step
     assert st.steps == 3
     assert not st.ends_steps(first) and st.ends_steps(second)
     st.end_step()
     assert st.steps == 4 and st.bytes_reduced == 200 and st.comm_s == pytest.approx(0.09)
+    st.passed()                   # a batch passed over: its end only moves the next step's start
+    clock.now += 5.0
+    st.end_step()
+    assert st.steps == 4 and st.step_s == pytest.approx(0.3)
     st.release_steps(first)       # not the owner: nothing changes
     assert st.ends_steps(second)
     st.release_steps(second)
-    st.reduced(0.01, 40)
-    assert st.steps == 5
+    clock.now += 0.1
+    st.reduced(40)
+    assert st.steps == 5 and st.step_s == pytest.approx(0.4)
+    # no agreement carried an arrival here: no step measured its wait (NaN in the ring: wml report infers it)
+    assert st.waited_steps == 0 and st.wait_s == 0 and all(w != w for w in st._wait_ring[:5])
+
+
+def test_the_straggler_rule_holds_from_two_ranks_to_ten_thousand():
+    """A rank's compute against the median of the *others'* (runstats/analysis.py): with 2 ranks
+    the slower one when it exceeds the other by the threshold (a median of all would be their mean,
+    and never exceeded by 10 %); at 10,000 ranks the one slow rank and nothing else; the others' median is exact for every rank (against a brute force)."""
+    import numpy as np
+
+    from wmlce_tools.runstats.analysis import find_stragglers, others_median
+
+    assert find_stragglers(np.array([12.6, 46.8]))[0] == [1]           # issue 59's two ranks
+    assert find_stragglers(np.array([46.8, 12.6]))[0] == [0]
+    assert find_stragglers(np.array([10.0, 10.5]))[0] == []            # 5 %: within the threshold
+    assert find_stragglers(np.array([10.0]))[0] == []
+    assert find_stragglers(np.array([10.0, 10.2, 15.0]))[0] == [2]
+    assert find_stragglers(np.array([15.0, 60.0, 15.5, 14.8]))[0] == [1]
+    rng = np.random.default_rng(0)
+    for n in range(2, 12):
+        v = rng.normal(10, 1, n)
+        assert np.allclose(others_median(v), [np.median(np.delete(v, i)) for i in range(n)])
+    v = rng.normal(100.0, 1.0, 10_000)
+    assert find_stragglers(v)[0] == []
+    v[617] = 130.0
+    found, med, pct = find_stragglers(v)
+    assert found == [617] and abs(pct[617] - 30) < 1

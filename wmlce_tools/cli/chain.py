@@ -21,7 +21,7 @@ def submit_chain_cmd(plan: JobPlan, chain: Chain, out: Callable[[str], None], as
     results = submit_chain(plan, chain, out=out)
     done = record.finished(chain.checkpoint_dir)
     step = record.latest_step(chain.checkpoint_dir)
-    at = f" at step {step}" if step is not None else ""
+    at = f" (last checkpoint: step {step})" if step is not None else ""
     if as_json:
         typer.echo(json.dumps({"run_id": chain.run_id, "run_dir": str(chain.run_dir),
                                "checkpoint_dir": str(chain.checkpoint_dir), "length": chain.length,

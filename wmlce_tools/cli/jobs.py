@@ -29,6 +29,10 @@ def _fmt_time(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "-"
 
 
+def _or_dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
 def _table(rows: List[List[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
@@ -66,7 +70,8 @@ def jobs_cmd(as_json: AsJson = False,
     from ..runs.chain_view import chain_of
     from ..runs.sweep_view import sweep_of
 
-    rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "SUBMITTED (UTC)", "OUTPUT"]]
+    # a chain's STEP: the step its ranks reached; CKPT: the last checkpoint's step (where it resumes)
+    rows = [["ID", "JOB", "SITE", "NAME", "STATE", "EXIT", "STEP", "CKPT", "SUBMITTED (UTC)", "OUTPUT"]]
     shown_runs = set()
     for r in records:
         sweep = sweep_of(r, reg, refresh=False)    # a sweep's submission: the sweep, one line with counts
@@ -75,27 +80,26 @@ def jobs_cmd(as_json: AsJson = False,
                 continue
             shown_runs.add(sweep.rec.run_id)
             rows.append(["sweep", sweep.rec.run_id, r.site, f"{r.name} ({sweep.rec.size} trial{'s' if sweep.rec.size != 1 else ''}, {sweep.rec.mode})",
-                         f"{sweep.state}: {sweep.count_text()}", "-", "-", _fmt_time(min(j.submitted_at for j in sweep.jobs)
+                         f"{sweep.state}: {sweep.count_text()}", "-", "-", "-", _fmt_time(min(j.submitted_at for j in sweep.jobs)
                                                                                       if sweep.jobs else r.submitted_at),
                          str(sweep.run_dir)])
             continue
         view = chain_of(r, reg, refresh=False)     # a segment of a chained run: the run, then its segments
         if view is None:
             rows.append([f"@{r.id}", r.job_id, r.site, r.name, r.state.value,
-                         "-" if r.exit_code is None else str(r.exit_code), "-", _fmt_time(r.submitted_at), r.output])
+                         "-" if r.exit_code is None else str(r.exit_code), "-", "-", _fmt_time(r.submitted_at), r.output])
             continue
         if view.rec.run_id in shown_runs:
             continue
         shown_runs.add(view.rec.run_id)
-        step = view.step
-        rows.append(["run", view.rec.run_id, r.site, r.name, view.state, "-", "-" if step is None else str(step),
-                     _fmt_time(min((s.job.submitted_at for s in view.segments if s.job), default=None)),
+        rows.append(["run", view.rec.run_id, r.site, r.name, view.state, "-", _or_dash(view.reached),
+                     _or_dash(view.step), _fmt_time(min((s.job.submitted_at for s in view.segments if s.job), default=None)),
                      str(view.run_dir)])
         for s in view.segments:
             j = s.job
             rows.append([f"@{j.id}" if j else "-", f"  {s.index}/{view.rec.length} {j.job_id if j else '-'}", r.site,
                          r.name, s.state, "-" if j is None or j.exit_code is None else str(j.exit_code),
-                         "-" if s.step is None else str(s.step), _fmt_time(j.submitted_at) if j else "-",
+                         _or_dash(s.reached), _or_dash(s.step), _fmt_time(j.submitted_at) if j else "-",
                          j.output if j else "-"])
     sys.stdout.write(_table(rows))
 
@@ -123,12 +127,15 @@ def status_cmd(job: Job, as_json: AsJson = False) -> None:
     view = chain_of(rec, Registry())
     if view is not None:       # a chained run: the run and each segment (id, state, step)
         if as_json:
+            # "step" is the last checkpoint's (as before "step_reached" came beside it)
             typer.echo(json.dumps({"run_id": view.rec.run_id, "state": view.state, "step": view.step,
+                                   "last_checkpoint": view.step, "step_reached": view.reached,
                                    "finished": view.finished, "run_dir": str(view.run_dir),
                                    "checkpoint_dir": view.rec.checkpoint_dir,
                                    "segments": [{"segment": s.index, "job_id": s.job.job_id if s.job else None,
                                                  "state": s.state, "exit_code": s.job.exit_code if s.job else None,
-                                                 "step": s.step} for s in view.segments]}))
+                                                 "step": s.step, "last_checkpoint": s.step,
+                                                 "step_reached": s.reached} for s in view.segments]}))
         else:
             typer.echo("\n".join(view.lines()))
             _report_line(next((e.job_dir for e in reversed(view.rec.segments)

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, TextIO, Tuple
 
+from ..atomic import write_text_atomic
 from ..errors import WmlError
 from ..quoting import sh_join
+from ..runstats.endline import REF_FILE
 from ..schedulers import (CANCEL_FINISHED, CANCEL_MARK, CANCEL_REQUESTED, CANCEL_UNKNOWN, NEVER_STARTS, SchedulerError,
                           get_scheduler, tool_failure)
 from .registry import JobRecord, Registry
@@ -71,7 +73,18 @@ def record_submission(result, plan=None, registry: Optional[Registry] = None) ->
         code = result.exit_code if result.exit_code is not None else 0
         state = JobState.parse(result.state) if result.state else (
             JobState.COMPLETED if code == 0 else JobState.FAILED)
-    return reg.add(_new_record(result, plan, state, code))
+    return note_ref(reg.add(_new_record(result, plan, state, code)))
+
+
+def note_ref(rec: JobRecord) -> JobRecord:
+    """Leave the job's registry id in its directory (``@N``), so that the line ddlrun prints at the
+    job's end names the command that reports it (runstats/endline.py).  Best effort."""
+    if rec.job_dir and rec.id is not None:
+        try:
+            write_text_atomic(Path(rec.job_dir) / REF_FILE, f"@{rec.id}\n")
+        except OSError:
+            pass
+    return rec
 
 
 def _new_record(result, plan, state: JobState, code: Optional[int]) -> JobRecord:
@@ -99,7 +112,7 @@ def record_local_start(result, plan, registry: Optional[Registry] = None,
     with how to follow it.  None, with a warning, when the registry cannot take it: the job
     runs all the same."""
     try:
-        rec = open_registry(registry).add(_new_record(result, plan, JobState.RUNNING, None))
+        rec = note_ref(open_registry(registry).add(_new_record(result, plan, JobState.RUNNING, None)))
     except WmlError as e:
         err.write(f"wml: warning: job {result.job_id} is not recorded ({e}); it runs all the same\n")
         return None

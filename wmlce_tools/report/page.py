@@ -1,11 +1,15 @@
 """One self-contained HTML page of a report: plotly's figures, with plotly.js inlined once (about
 4.6 MB), so the page opens on a login node or a laptop with no network.
 
-Sections: the run in one line; the layout (nodes x local ranks, each cell a rank with its GPU and
-cores, coloured by its compute time); per-rank step time split into compute, communication and
-waiting for the last rank; the stragglers named with their node, and their compute step by step
-beside the median rank's; a chain's segments over time; a sweep's metric against each parameter
-and its best trials.  Each figure is a ``div.wml-plot`` with ``data-section`` naming it.
+Sections: what ran (program and arguments, site, nodes x ranks, start, wall time, exit status)
+and the run in one line; the layout (nodes x local ranks, each cell a rank with its GPU and
+cores, coloured by its compute time on a scale from zero, so that 62 and 64 ms look alike); per
+rank step time split into compute, communication and waiting for the last rank; the stragglers
+named with their node, and their compute step by step beside the median rank's; a chain's
+timeline (each part's spans: queued, ran; each segment's step reached and last checkpoint) and
+its segments; a sweep's every trial in a table as ``wml sweep show`` lists them, its metric
+against each parameter (log axes labelled at decades) and its best completed trials.  Each
+figure is a ``div.wml-plot`` with ``data-section`` naming it.
 """
 from __future__ import annotations
 
@@ -18,10 +22,24 @@ from typing import List, Optional
 import numpy as np
 
 from ..errors import WmlError
-from ..runstats.analysis import Analysis, partial_note
-from .run import Part, Report, best_trials, stamp
+from ..runstats.analysis import STRAGGLER_PCT, Analysis, partial_note
+from .run import COMPLETED, Part, Report, best_trials, stamp
 
-COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026"}
+COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026", "other": "#aaaaaa"}
+# the timeline's kinds of span (run.py: Span.kind), in legend order: (legend, colour)
+SPAN_KINDS = {"queued": ("queued", "#c7c7c7"), "ran": ("ran", COLORS["compute"])}
+
+
+PLOTLY_MISSING = "the HTML report needs plotly: pip install 'wml[report]' (or plotly)"
+
+
+def have_plotly() -> bool:
+    try:
+        import plotly.io  # noqa: F401
+        from plotly.offline import get_plotlyjs  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _plotly():
@@ -29,8 +47,7 @@ def _plotly():
         import plotly.io as pio
         from plotly.offline import get_plotlyjs
     except ImportError:
-        raise WmlError("the HTML report needs plotly: pip install 'wml[report]' (or plotly); "
-                       "--no-html prints only the terminal summary") from None
+        raise WmlError(f"{PLOTLY_MISSING}; --no-html prints only the terminal summary") from None
     return pio, get_plotlyjs
 
 
@@ -76,10 +93,13 @@ def _layout_figure(a: Analysis) -> dict:
         gpu = "no GPU" if r.gpu is None else f"GPU {r.gpu}"
         text[i][r.local_rank] = (f"rank {r.rank}{' (straggler)' if r.rank in straggling else ''}<br>{gpu}<br>"
                                  f"cores {r.cores or '?'}")
+    values = [v for v in compute.values() if v is not None]
     trace = {"type": "heatmap", "z": z, "x": [f"local {i}" for i in range(width)], "y": [node_name[n] for n in nodes],
              "text": text, "colorscale": [[0.0, "#f7fbff"], [0.5, "#6baed6"], [1.0, "#08306b"]],   # slow = dark
+             # the scale starts at zero: a rank's shade is its share of the slowest's, not of the spread
+             "zmin": 0.0, "zmax": max(max(values, default=0.0), 1e-9), "zauto": False,
              "xgap": 2 if len(nodes) <= 40 else 0, "ygap": 2 if len(nodes) <= 40 else 0,
-             "colorbar": {"title": {"text": "compute ms" if timed else "rank"}},
+             "colorbar": {"title": {"text": "compute ms (from 0)" if timed else "rank"}},
              "hovertemplate": "%{y}<br>%{text}<br>" + ("compute %{z:.1f} ms" if timed else "") + "<extra></extra>"}
     if len(recs.ranks) <= 64:
         trace["texttemplate"] = "%{text}"
@@ -129,63 +149,78 @@ def _steps_figure(a: Analysis) -> Optional[dict]:
     for s in a.stragglers[:5]:
         data.append(line(f"rank {s.rank} ({s.node})", compute[index[s.rank]], COLORS["straggler"]))
     return _figure(data, {"title": {"text": "compute per step (ms), the last steps kept by every rank"},
-                          "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": "ms"}}, "height": 380})
+                          "xaxis": {"title": {"text": "step"}},
+                          "yaxis": {"title": {"text": "ms"}, "rangemode": "tozero"}, "height": 380})
 
 
-def _segments_figure(rep: Report) -> Optional[dict]:
-    rows = []
-    for p in rep.parts:
-        if p.submitted and p.started:
-            rows.append((p.label, "queued", p.submitted, p.started, p.state))
-        if p.started and p.ended:
-            rows.append((p.label, "ran", p.started, p.ended, p.state))
-    if not rows:
+def _timeline_figure(rep: Report) -> Optional[dict]:
+    """The run's spans (run.py: Report.timeline) as bars over time, a trace per kind of span;
+    each part that ended noted with its steps (reached, last checkpoint)."""
+    spans = rep.timeline()
+    if not spans:
         return None
-    t0 = min(r[2] for r in rows)
+    t0 = min(s.start for s in spans)
     data = []
-    for what, color in (("queued", "#c7c7c7"), ("ran", COLORS["compute"])):
-        sel = [r for r in rows if r[1] == what]
-        if sel:
-            data.append({"type": "bar", "name": what, "orientation": "h", "y": [r[0] for r in sel],
-                         "x": [(r[3] - r[2]) / 60 for r in sel], "base": [(r[2] - t0) / 60 for r in sel],
-                         "marker": {"color": color},
-                         "hovertext": [f"{r[0]} {what} {stamp(r[2])} to {stamp(r[3])} UTC ({r[4]})" for r in sel]})
-    notes = [{"x": (p.ended - t0) / 60, "y": p.label, "text": f"step {p.step}", "showarrow": False, "xanchor": "left"}
-             for p in rep.parts if p.ended and p.step is not None]
-    return _figure(data, {"title": {"text": f"segments over time (minutes from {stamp(t0)} UTC)"},
-                          "barmode": "overlay", "xaxis": {"title": {"text": "minutes"}},
+    kinds = list(SPAN_KINDS) + sorted({s.kind for s in spans} - set(SPAN_KINDS))
+    for kind in kinds:
+        sel = [s for s in spans if s.kind == kind]
+        if not sel:
+            continue
+        legend, color = SPAN_KINDS.get(kind, (kind, COLORS["other"]))
+        data.append({"type": "bar", "name": legend, "orientation": "h", "y": [s.row for s in sel],
+                     "x": [(s.end - s.start) / 60 for s in sel], "base": [(s.start - t0) / 60 for s in sel],
+                     "marker": {"color": color},
+                     "hovertext": [f"{s.row} {legend} {stamp(s.start)} to {stamp(s.end)} UTC"
+                                   + (f" ({s.note})" if s.note else "") for s in sel]})
+    notes = [{"x": (p.ended - t0) / 60, "y": p.label, "text": p.steps_text, "showarrow": False, "xanchor": "left"}
+             for p in rep.parts if p.ended and p.steps_text]
+    return _figure(data, {"title": {"text": f"over time (minutes from {stamp(t0)} UTC)"},
+                          "barmode": "overlay", "xaxis": {"title": {"text": "minutes"}, "rangemode": "tozero"},
                           "yaxis": {"autorange": "reversed", "type": "category"}, "annotations": notes,
-                          "height": max(240, 80 + 50 * len(rep.parts))})
+                          "height": max(240, 80 + 50 * len({s.row for s in spans}))})
+
+
+def _param_names(rep: Report) -> List[str]:
+    """The trials' parameters in `wml sweep show`'s order (the grid's)."""
+    names: List[str] = []
+    for p in rep.parts:
+        names += [k for k in p.params if k not in names]
+    return names
 
 
 def _sweep_figure(rep: Report) -> Optional[dict]:
-    names = sorted({k for p in rep.parts for k in p.params})
-    scored = [p for p in rep.parts if p.metrics and isinstance(p.metrics.get(rep.metric), (int, float))]
+    names = _param_names(rep)
+    scored = [p for p in rep.parts if p.metrics and isinstance(p.metrics.get(rep.metric), (int, float))
+              and not isinstance(p.metrics.get(rep.metric), bool)]
     if not names or not scored or rep.metric is None:
         return None
     best = {id(p) for p in best_trials(rep, 1)}
+
+    def color(p: Part) -> str:
+        return COLORS["straggler"] if id(p) in best else COLORS["compute"] if p.state == COMPLETED else COLORS["other"]
+
     data, layout, gap = [], {}, 0.06
     width = (1.0 - gap * (len(names) - 1)) / len(names)
-    notes = []
     for i, name in enumerate(names, start=1):
         xs = [_value(p.params.get(name)) for p in scored]
         suffix = "" if i == 1 else str(i)
         data.append({"type": "scatter", "mode": "markers", "name": name, "showlegend": False,
                      "x": xs, "y": [p.metrics[rep.metric] for p in scored], "xaxis": f"x{suffix}", "yaxis": "y",
-                     "marker": {"size": [14 if id(p) in best else 9 for p in scored],
-                                "color": [COLORS["straggler"] if id(p) in best else COLORS["compute"] for p in scored]},
-                     "hovertext": [f"{p.label}: " + ", ".join(f"{k}={v}" for k, v in p.params.items()) for p in scored]})
+                     "marker": {"size": [14 if id(p) in best else 9 for p in scored], "color": [color(p) for p in scored]},
+                     "hovertext": [f"{p.label} ({p.state}): " + ", ".join(f"{k}={v}" for k, v in p.params.items())
+                                   for p in scored]})
         lo = (i - 1) * (width + gap)
         axis = dict(_AXIS, domain=[lo, lo + width], anchor="y", title={"text": name})
         numeric = all(isinstance(x, (int, float)) for x in xs)
         if numeric and len(set(xs)) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 100:
-            axis["type"] = "log"
+            axis.update(type="log", dtick=1)         # ticks and labels at the decades only
         elif not numeric:
             axis["type"] = "category"
         layout[f"xaxis{suffix}"] = axis
+    marked = "the best completed trial in red, " if best else ""
     layout.update({"title": {"text": f"{rep.metric} against each parameter ({'largest' if rep.maximize else 'smallest'} "
-                                     f"is best; the best trial in red)"},
-                   "yaxis": {"title": {"text": rep.metric}}, "height": 440, "annotations": notes})
+                                     f"is best; {marked}other states grey)"},
+                   "yaxis": {"title": {"text": rep.metric}}, "height": 440})
     return _figure(data, layout)
 
 
@@ -206,30 +241,49 @@ def _ms(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _or_dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
 def render_page(rep: Report) -> str:
     pio, get_plotlyjs = _plotly()
     sections: List[str] = []
     main: Optional[Part] = rep.main
+    if rep.kind in ("chain", "sweep"):
+        fig = _timeline_figure(rep)
+        if fig is not None:
+            sections.append("<h2>Timeline</h2>" + _figure_html(pio, fig, "timeline"))
     if rep.kind == "chain":
-        rows = [[p.label, p.state, stamp(p.submitted), stamp(p.started), stamp(p.ended),
-                 "-" if p.step is None else str(p.step), p.line] for p in rep.parts]
-        fig = _segments_figure(rep)
-        sections.append("<h2>Segments</h2>" + (_figure_html(pio, fig, "segments") if fig else
-                                                "<p>No segment has started yet.</p>")
-                        + _table(["segment", "state", "submitted (UTC)", "ran from", "to", "step", "summary"], rows))
+        rows = [[p.label, p.state, _or_dash(p.exit_code), stamp(p.submitted), stamp(p.started), stamp(p.ended),
+                 _or_dash(p.step_reached), _or_dash(p.checkpoint), p.line] for p in rep.parts]
+        sections.append("<h2>Segments</h2>"
+                        + _table(["segment", "state", "exit", "submitted (UTC)", "ran from", "to", "step reached",
+                                  "last checkpoint", "summary"], rows))
     if rep.kind == "sweep":
         fig = _sweep_figure(rep)
         best = best_trials(rep)
-        names = sorted({k for p in rep.parts for k in p.params})
-        rows = [[p.label, *[str(p.params.get(n, "")) for n in names], f"{p.metrics[rep.metric]:.6g}", p.state,
-                 _ms(p.analysis.step_ms) if p.analysis else "-"] for p in best]
-        sections.append("<h2>Trials</h2>" + (_figure_html(pio, fig, "sweep") if fig else
-                                              "<p>No trial has printed a numeric metric yet.</p>")
-                        + (f"<h3>Best trials by {html.escape(rep.metric)}</h3>"
-                           + _table(["trial", *names, rep.metric, "state", "step ms"], rows) if rows else ""))
+        rows = [[_cell(r.get(c)) for c in rep.columns] for r in rep.rows]
+        if rep.metric is None:
+            verdict = "No best trial: no trial has printed a JSON object of numbers."
+        elif not best:
+            verdict = f"No best trial: no completed trial has {rep.metric}."
+        else:
+            verdict = (f"Best by {rep.metric} ({'largest' if rep.maximize else 'smallest'} first, completed trials): "
+                       + ", ".join(f"{p.label} ({p.metrics[rep.metric]:.6g})" for p in best) + ".")
+        sections.append(f"<h2>Trials ({len(rep.parts)})</h2>" + _table(rep.columns, rows)
+                        + f'<p class="best">{html.escape(verdict)}</p>'
+                        + (_figure_html(pio, fig, "sweep") if fig else ""))
     if main is not None and main.analysis is not None:
         a = main.analysis
-        where = "" if rep.kind == "job" else f" of {html.escape(main.label)}"
+        where = "" if rep.kind == "job" else f" of {html.escape(main.label)} ({html.escape(rep.main_why)})"
         sections.append(f"<h2>Layout{where}</h2>" + _figure_html(pio, _layout_figure(a), "layout"))
         if a.step_ms is None:
             sections.append(f"<h2>Ranks{where}</h2><p>{html.escape(main.line)}: no step time per rank to show.</p>")
@@ -238,23 +292,29 @@ def render_page(rep: Report) -> str:
         if a.step_ms is None:
             strag = ""
         elif a.stragglers:
-            rows = [[str(s.rank), s.node, f"{s.compute_ms:.1f}", f"{s.excess_pct:+.0f} %", f"{s.others_wait_ms:.1f}",
-                     f"{s.others_wait_s:.1f}"] for s in a.stragglers]
-            strag = _table(["rank", "node", "compute ms/step", "vs median", "others wait ms/step",
+            rows = [[str(s.rank), s.node, f"{s.compute_ms:.1f}", f"{s.others_ms:.1f}", f"{s.excess_pct:+.0f} %",
+                     f"{s.others_wait_ms:.1f}", f"{s.others_wait_s:.1f}"] for s in a.stragglers]
+            strag = _table(["rank", "node", "compute ms/step", "the others' median", "above it", "others wait ms/step",
                             "others wait s (run)"], rows)
+        elif len(a.rows) > 1:
+            strag = (f"<p>None: no rank's compute is more than {STRAGGLER_PCT:.0f} % above the median of the other "
+                     f"ranks' (the median rank's: {_ms(a.median_compute_ms)} ms).</p>")
         else:
-            strag = (f"<p>None: no rank's compute is more than 10 % above the median rank's "
-                     f"({_ms(a.median_compute_ms)} ms).</p>")
+            strag = ""
         steps = _steps_figure(a)
         if strag or steps:
-            sections.append("<h2>Stragglers</h2>" + strag + (_figure_html(pio, steps, "steps") if steps else ""))
+            sections.append(f"<h2>{'Stragglers' if len(a.rows) > 1 else 'Steps'}</h2>" + strag
+                            + (_figure_html(pio, steps, "steps") if steps else ""))
     elif rep.kind == "job":
         sections.append(f"<p>{html.escape(rep.parts[0].line)}</p>")
     line = f"{main.label}: {main.line}" if main is not None else ""
     partial = partial_note(main.records) if main is not None and main.records is not None else ""
-    return _PAGE.format(title=html.escape(rep.title), line=html.escape(line),
+    wait = ("measured by the ranks (each carries its arrival time on the agreement every collective makes)"
+            if main is None or main.analysis is None or main.analysis.wait_measured else
+            "inferred (these records did not measure it): a rank's time in collectives less the least any rank spent")
+    return _PAGE.format(title=html.escape(rep.title), what=html.escape(rep.run.line()), line=html.escape(line),
                         partial=f'<p class="partial">{html.escape(partial.lstrip("; "))}</p>' if partial else "",
-                        plotlyjs=get_plotlyjs(), sections="\n".join(sections),
+                        plotlyjs=get_plotlyjs(), sections="\n".join(sections), wait=html.escape(wait),
                         data=html.escape(json.dumps({"kind": rep.kind, "parts": len(rep.parts)})))
 
 
@@ -279,14 +339,16 @@ h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.1em; margin-top: 1.5em; border-bot
 table {{ border-collapse: collapse; margin: .5em 0; font-size: .9em; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }}
 .partial {{ color: #a05000; font-weight: bold; }}
+.what {{ font-family: monospace; }}
 </style>
 <script type="text/javascript">{plotlyjs}</script>
 </head><body data-report="{data}">
 <h1>{title}</h1>
+<p class="what">{what}</p>
 <p>{line}</p>
 {partial}
 {sections}
-<p style="color:#888;font-size:.8em">wml report: every rank's record from ddl_runtime (the last 1,024 steps one by one);
-waiting for the last rank = in each step, the slowest rank's compute minus this rank's.</p>
+<p style="color:#888;font-size:.8em">wml report: every rank's record from ddl_runtime (the last 1,024 steps one by one).
+A rank's time inside collectives is communication, its compute the rest of a step; waiting for the last rank is {wait}.</p>
 </body></html>
 """

@@ -1,18 +1,26 @@
-"""The terminal summary of ``wml report`` (rich): the run in one line, its parts, the stragglers
-named with their node, the ranks (all of them up to `RANK_ROWS`, else the slowest and the
-fastest), a sweep's best trials and a chain's segments."""
+"""The terminal summary of ``wml report`` (rich): what ran in one line, a chain's segments or a
+sweep's trials (every one, as ``wml sweep show`` lists them), the stragglers named with their
+node, the ranks (all of them up to `RANK_ROWS`, else the slowest and the fastest).
+
+Readable at 80 columns: prose is wrapped here, never between a number and its unit ("+137 %"),
+and tables have no empty column."""
 from __future__ import annotations
 
 import io
+import re
+import textwrap
 from typing import List, Optional
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from ..runstats.analysis import Analysis, RankRow, partial_note
-from .run import Part, Report, best_trials, stamp
+from ..runstats.analysis import STRAGGLER_PCT, Analysis, RankRow, partial_note
+from .run import Part, Report, best_trials, duration, stamp
 
 RANK_ROWS = 16
+_UNIT = re.compile(r"(?<=[\d)]) (?=(%|(ms|us|s|min|h|B|KiB|MiB|GiB|UTC)\b))|(?<=\d\d-\d\d) (?=\d\d:)")
+_KEEP = "\u00a0"    # textwrap breaks only at ASCII whitespace: a number keeps its unit
 
 
 def _ms(v: Optional[float]) -> str:
@@ -29,6 +37,16 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} TiB"   # pragma: no cover
 
 
+def say(console: Console, text: str, style: Optional[str] = None, indent: str = "  ") -> None:
+    """`text` wrapped to the console's width (later lines indented), a number never parted from
+    its unit; each line printed as it is (rich wraps nothing)."""
+    width = max(20, console.width)
+    lines = textwrap.wrap(_UNIT.sub(_KEEP, text), width=width, subsequent_indent=indent, break_long_words=True,
+                          break_on_hyphens=False) or [""]
+    for line in lines:
+        console.print(Text(line.replace(_KEEP, " "), style=style or ""), soft_wrap=True)
+
+
 def _rank_rows(a: Analysis) -> List[RankRow]:
     rows = a.rows
     if len(rows) <= RANK_ROWS:
@@ -43,49 +61,61 @@ def _ranks_table(part: Part) -> Table:
     a = part.analysis
     straggling = {s.rank for s in a.stragglers}
     shown = _rank_rows(a)
-    more = f" ({len(shown)} of {len(a.rows)}: the slowest and the fastest)" if len(shown) < len(a.rows) else ""
-    t = Table(title=f"{part.label}: per rank, mean of a step (ms){more}", title_justify="left")
-    for name, right in (("rank", True), ("node", False), ("steps", True), ("step", True), ("compute", True),
-                        ("in comm.", True), ("waiting for last", True), ("", False)):
-        t.add_column(name, justify="right" if right else "left", no_wrap=not right)
+    more = f", {len(shown)} of {len(a.rows)}: the slowest and the fastest" if len(shown) < len(a.rows) else ""
+    notes = {r.rank: "straggler" if r.rank in straggling else ("" if r.status == "finished" else r.status)
+             for r in shown}
+    t = Table(title=f"{part.label}: per rank, ms a step{more}", title_justify="left",
+              caption="waiting: for the last rank to arrive, part of in comm." + ("" if a.wait_measured else
+                                                                                  " (inferred: not measured)"),
+              caption_justify="left")
+    columns = [("rank", True), ("node", False), ("steps", True), ("step", True), ("compute", True),
+               ("in comm.", True), ("waiting", True)]
+    if any(notes.values()):
+        columns.append(("note", False))
+    for name, right in columns:
+        t.add_column(name, justify="right" if right else "left", no_wrap=name != "node", overflow="fold")
     for r in shown:
-        mark = "straggler" if r.rank in straggling else ("" if r.status == "finished" else r.status)
-        t.add_row(str(r.rank), r.node, str(r.steps), _ms(r.step_ms), _ms(r.compute_ms), _ms(r.comm_ms),
-                  _ms(r.wait_ms), mark, style="bold red" if r.rank in straggling else None)
+        cells = [str(r.rank), r.node, str(r.steps), _ms(r.step_ms), _ms(r.compute_ms), _ms(r.comm_ms), _ms(r.wait_ms)]
+        if len(columns) > 7:
+            cells.append(notes[r.rank])
+        t.add_row(*cells, style="bold red" if r.rank in straggling else None)
     return t
 
 
 def _stragglers(console: Console, a: Analysis) -> None:
     if not a.stragglers:
         if len(a.rows) > 1 and a.median_compute_ms is not None:
-            console.print(f"stragglers: none (no rank's compute is more than 10 % above the median, "
-                          f"{_ms(a.median_compute_ms)} ms)")
+            say(console, f"stragglers: none (no rank's compute is more than {STRAGGLER_PCT:.0f} % above the median "
+                         f"of the other ranks'; the median rank's is {_ms(a.median_compute_ms)} ms)")
         return
     for s in a.stragglers:
-        console.print(f"[bold red]straggler[/]: rank {s.rank} on {s.node}: compute {_ms(s.compute_ms)} ms a step, "
-                      f"{s.excess_pct:+.0f} % on the median rank; the others waited {_ms(s.others_wait_ms)} ms a step "
-                      f"for it ({s.others_wait_s:.1f} s each over the run)")
+        say(console, f"straggler: rank {s.rank} on {s.node}: compute {_ms(s.compute_ms)} ms a step, "
+                     f"{s.excess_pct:+.0f} % on the others' median ({_ms(s.others_ms)} ms); the others waited "
+                     f"{_ms(s.others_wait_ms)} ms a step for it ({s.others_wait_s:.1f} s each over the run)",
+            style="bold red")
 
 
 def _extras(console: Console, part: Part) -> None:
     recs = part.records
     peaks = [r.gpu_peak_bytes for r in recs.ranks if r.gpu_peak_bytes]
     if peaks:
-        console.print(f"GPU memory peak: {max(peaks) / 2**30:.2f} GiB (rank {max(recs.ranks, key=lambda r: r.gpu_peak_bytes or 0).rank})")
+        say(console, f"GPU memory peak: {max(peaks) / 2**30:.2f} GiB "
+                     f"(rank {max(recs.ranks, key=lambda r: r.gpu_peak_bytes or 0).rank})")
     lms = [r.lms for r in recs.ranks if r.lms]
     if lms:
         l0 = lms[0]
-        console.print(f"LMS (rank {recs.ranks[0].rank}): {l0.get('steps')} steps, swapped "
-                      f"{(l0.get('swapped_bytes') or 0) / 2**20:.1f} MB, recomputed {(l0.get('recomputed_bytes') or 0) / 2**20:.1f} MB a step, "
-                      f"{(l0.get('wait_s') or 0) * 1e3:.1f} ms waiting on late copies; plan: {l0.get('plan')}")
+        say(console, f"LMS (rank {recs.ranks[0].rank}): {l0.get('steps')} steps, swapped "
+                     f"{(l0.get('swapped_bytes') or 0) / 2**20:.1f} MB, recomputed "
+                     f"{(l0.get('recomputed_bytes') or 0) / 2**20:.1f} MB a step, "
+                     f"{(l0.get('wait_s') or 0) * 1e3:.1f} ms waiting on late copies; plan: {l0.get('plan')}")
     total = sum(r.bytes_reduced for r in recs.ranks)
     if total:
-        console.print(f"reduced: {_bytes(recs.ranks[0].bytes_reduced)} per rank ({_bytes(total)} in all)")
+        say(console, f"reduced: {_bytes(recs.ranks[0].bytes_reduced)} per rank ({_bytes(total)} in all)")
 
 
 def _part_detail(console: Console, part: Part) -> None:
     a = part.analysis
-    console.print(f"[bold]{part.label}[/]: {part.line}")
+    say(console, f"{part.label}: {part.line}")
     _stragglers(console, a)
     console.print(_ranks_table(part))
     _extras(console, part)
@@ -93,41 +123,57 @@ def _part_detail(console: Console, part: Part) -> None:
 
 def _segments(console: Console, rep: Report) -> None:
     t = Table(title="segments", title_justify="left")
-    for name in ("segment", "state", "submitted (UTC)", "ran from", "to", "step", "summary"):
-        t.add_column(name)
+    for name in ("segment", "state", "exit", "ran from (UTC)", "for", "step reached", "last checkpoint"):
+        t.add_column(name, overflow="fold")
     for p in rep.parts:
-        t.add_row(p.label, p.state, stamp(p.submitted), stamp(p.started), stamp(p.ended),
-                  "-" if p.step is None else str(p.step), p.line)
+        ran = duration(p.ended - p.started) if p.started and p.ended else "-"
+        t.add_row(p.label.split()[-1], p.state, _or_dash(p.exit_code), stamp(p.started), ran,
+                  _or_dash(p.step_reached), _or_dash(p.checkpoint))
     console.print(t)
+    main = rep.main
+    for p in rep.parts:
+        if p.analysis is not None and p is not main:      # the main segment's line comes with its ranks
+            say(console, f"{p.label}: {p.line}")
+
+
+def _or_dash(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
 
 
 def _trials(console: Console, rep: Report) -> None:
-    names = sorted({k for p in rep.parts for k in p.params})
+    t = Table(title=f"trials ({len(rep.parts)})", title_justify="left")
+    for c in rep.columns:
+        t.add_column(c, justify="right" if c in ("trial", "exit", "walltime_s") else "left", overflow="fold")
+    for r in rep.rows:
+        t.add_row(*[_cell(r.get(c)) for c in rep.columns])
+    console.print(t)
     best = best_trials(rep)
     if rep.metric is None:
-        console.print("metrics: no trial printed a JSON object of numbers yet (its rank 0's last such line)")
+        say(console, "best: none: no trial printed a JSON object of numbers (its rank 0's last such line) yet")
+    elif not best:
+        say(console, f"best: none: no completed trial has {rep.metric}")
     else:
-        t = Table(title=f"best trials by {rep.metric} ({'largest' if rep.maximize else 'smallest'} first)",
-                  title_justify="left")
-        for name in ("trial", *names, rep.metric, "state", "step (ms)"):
-            t.add_column(name)
-        for p in best:
-            a = p.analysis
-            t.add_row(p.label.split()[-1], *[str(p.params.get(n, "")) for n in names], f"{p.metrics[rep.metric]:.6g}",
-                      p.state, _ms(a.step_ms) if a else "-")
-        console.print(t)
-    counts = {}
-    for p in rep.parts:
-        counts[p.state] = counts.get(p.state, 0) + 1
+        way = "largest" if rep.maximize else "smallest"
+        say(console, f"best by {rep.metric} ({way} first, completed trials): " + ", ".join(
+            f"trial {p.label.split()[-1]} ({p.metrics[rep.metric]:.6g})" for p in best))
     no_records = [p.label.split()[-1] for p in rep.parts if p.records is None]
-    console.print(f"trials: {', '.join(f'{n} {s.lower()}' for s, n in counts.items())}"
-                  + (f"; without run records: {', '.join(no_records[:20])}" if no_records else ""))
+    if no_records:
+        say(console, f"without run records: trial{'s' if len(no_records) > 1 else ''} {', '.join(no_records[:20])}"
+                     + (" ..." if len(no_records) > 20 else ""))
 
 
 def print_report(rep: Report, console: Console) -> None:
-    console.print(f"[bold]{rep.title}[/]")
+    say(console, f"{rep.title}: {rep.run.line()}", style="bold")
     for note in rep.notes:
-        console.print(note)
+        say(console, note)
     if rep.kind == "chain":
         _segments(console, rep)
     elif rep.kind == "sweep":
@@ -136,10 +182,9 @@ def print_report(rep: Report, console: Console) -> None:
     if main is None:
         return
     if rep.kind == "job" and main.records is not None and main.records.partial:
-        console.print(f"[bold yellow]partial record[/]{partial_note(main.records)}")
+        say(console, f"partial record{partial_note(main.records)}", style="bold yellow")
     if rep.kind != "job":
-        console.print(f"ranks of {main.label}" + (" (the best trial with records)" if rep.kind == "sweep" else
-                                                 " (the last segment with records)"))
+        say(console, f"ranks of {main.label} ({rep.main_why})")
     _part_detail(console, main)
 
 

@@ -25,7 +25,6 @@ Horovod but does not reduce the already reduced gradients again.
 from __future__ import annotations
 
 import contextlib
-import time
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
@@ -362,18 +361,16 @@ class _HorovodOptimizerMixin(_native._DistributedOptimizerMixin):
         if closure is not None and self._hvd_reducing():
             raise DDLInputError("DistributedOptimizer.step(closure): closures re-run backward and are not "
                                 "supported with gradient averaging; call backward() yourself, then step()")
-        t0 = time.perf_counter()
         if self._hvd_should_sync:
             if self._hvd_synchronized:
                 warnings.warn(_STEP_AFTER_SYNC)
             else:
                 self.synchronize()
-        comm_s = time.perf_counter() - t0
         base = super(_native._DistributedOptimizerMixin, self)
         out = base.step(closure) if closure is not None else base.step()
         self._hvd_synchronized = self._ddl_synced = False
         self._ddl_reset()
-        self._ddl_stats.end_step(comm_s, self._ddl_bytes if self._hvd_reducing() else 0)   # core/stats.py
+        self._ddl_stats.end_step(self._ddl_bytes if self._hvd_reducing() else 0)   # core/stats.py
         return out
 
     def zero_grad(self, set_to_none: bool = True) -> None:

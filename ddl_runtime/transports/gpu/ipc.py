@@ -44,6 +44,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from ...core.stats import collective
 from ...errors import DDLError
 
 ALIGN = 256  # byte offset of each tensor in a slot
@@ -128,11 +129,13 @@ class IpcPending:
     results: list
     _finished: bool = False
 
+    @collective
     def done(self) -> bool:
         if not self._finished and self.group.backend.settled():
             self._finished = True
         return self._finished
 
+    @collective
     def wait(self) -> list:
         if not self._finished:
             self.group.backend.settle(self.group.check_peers)

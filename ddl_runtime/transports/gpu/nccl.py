@@ -13,6 +13,7 @@ import socket
 import sys
 from typing import Callable, List, Sequence
 
+from ...core.stats import collective
 from ...errors import DDLError
 from .family import TWINS, TorchBuild, missing_backend
 
@@ -72,9 +73,11 @@ class Pending:
         self._works, self._finish, self.results = works, finish, results
         self._finished = False
 
+    @collective
     def done(self) -> bool:
         return self._finished or all(w.is_completed() for w in self._works)
 
+    @collective
     def wait(self) -> list:
         if not self._finished:
             for work in self._works:

@@ -43,6 +43,7 @@ from typing import Any, List, Optional, Sequence
 
 from mpi4py import MPI
 
+from ...core.stats import collective
 from ...engine.buffers import TensorRef, as_tensor
 from ..shm.group import UFUNCS, ShmGroup
 
@@ -80,10 +81,12 @@ class StagedPending:
         self._stream, self._op, self.results = stream, op, results
         self._joined = False
 
+    @collective
     def done(self) -> bool:
         self._stream.check()
         return self._op.finished.is_set()
 
+    @collective
     def wait(self) -> list:
         if not self._joined:
             self._stream.wait_for(self._op)

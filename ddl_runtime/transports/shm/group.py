@@ -63,6 +63,7 @@ from mpi4py import MPI
 
 from ...engine.algorithms import split_counts
 from ...engine.buffers import TensorRef, store_result, widen
+from ...core import stats as _stats
 from ...core.log import log
 from .output_pool import aligned_bytes
 from .heap import SharedHeap
@@ -70,7 +71,7 @@ from .results import SharedResults
 from ...timeline import TID_HOST, TID_MPI, ref_rows
 
 SLOT_BYTES = 64  # one cache line per rank: [epoch, digest(even epochs), digest(odd epochs),
-#                  word(even), word(odd), ...]
+#                  word(even), word(odd), arrival(even), arrival(odd), -]
 ALIGN = 64
 MIN_ARENA = 1 << 20
 CHUNK_BYTES = 1 << 20  # per rank and round: what a round touches stays in the caches
@@ -187,6 +188,9 @@ class ShmGroup:
         self.small_views: Dict[tuple, tuple] = {}
         self.no_room_said: set = set()  # what has been told about a full /dev/shm (once each)
         self.heap = SharedHeap(self)  # ddl_runtime.shared_zeros: tensors that live here
+        # whether its agreement barriers (those with a digest) carry the ranks' arrivals for their
+        # records (core/stats.py): the native group's, set by the runtime
+        self.carries_arrivals = False
         # called now and then while a barrier waits: the job's native group progresses the
         # negotiated stream there, whose own group checks that no peer has left (negotiated.py)
         self.idle: Optional[Callable[[], None]] = None
@@ -202,12 +206,17 @@ class ShmGroup:
     # -- synchronisation ------------------------------------------------------------------
     def barrier(self, digest: int = 0, word: int = 0) -> bool:
         """Wait for every local rank; True when all of them passed the same `digest`.  Each rank's
-        `word` can be read with words() until this rank's next barrier."""
+        `word` can be read with words() until this rank's next barrier.  An agreement (a digest)
+        of a group that carries arrivals also carries this rank's (core/stats.py: arrival()), and
+        tells the record the last rank's."""
         self.epoch = e = self.epoch + 1
         cell = 1 + (e & 1)
         mine = self.mine
         mine[cell] = digest
         mine[3 + (e & 1)] = word
+        record = _stats.CURRENT if digest and self.carries_arrivals else None
+        if record is not None:
+            arrival = mine[5 + (e & 1)] = record.arrival()
         self.ctl_win.Sync()
         mine[0] = e
         slots = self.slots
@@ -216,6 +225,9 @@ class ShmGroup:
                 self._wait(e)
                 break
         self.ctl_win.Sync()
+        if record is not None:
+            at = 5 + (e & 1)   # a peer writes this cell again only after every rank passed barrier e+1
+            record.arrived(arrival, max(int(slot[at]) for slot in slots))
         return all(slot[cell] == digest for slot in slots)
 
     def left_behind(self, exited) -> List[int]:

@@ -2,9 +2,9 @@
 
     train_small.py STEPS [SLOW_RANK FACTOR]
 
-SLOW_RANK's forward and backward take FACTOR times as long as the others' (a busy loop of the
-same length as its measured compute, so the slowdown is real time on that rank).  Rank 0
-prints a JSON line of metrics at the end (a sweep's trial result).
+After its backward pass every rank works 50 ms more (a sleep: its own time, the same on a loaded
+machine), SLOW_RANK FACTOR times that, so its step's own work is slower by about that factor.
+Rank 0 prints a JSON line of metrics at the end (a sweep's trial result).
 """
 import json
 import sys
@@ -27,18 +27,11 @@ opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr), named
 x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
 loss = None
 for step in range(steps):
-    t0 = time.perf_counter()
     opt.zero_grad()
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
-    # a floor under every rank's compute, so the slowed rank's extra time is what tells it apart
-    while time.perf_counter() - t0 < 0.01:
-        pass
-    if ddl.rank() == slow_rank:
-        spent = time.perf_counter() - t0
-        end = time.perf_counter() + spent * (factor - 1.0)
-        while time.perf_counter() < end:
-            pass
+    # own work beside the model's, larger than the machine's noise: the slowed rank's is what tells it apart
+    time.sleep(0.05 * (factor if ddl.rank() == slow_rank else 1.0))
     opt.step()
 if ddl.rank() == 0:
     print(json.dumps({"loss": round(float(loss.detach()), 4), "lr": lr}), flush=True)
