@@ -17,6 +17,9 @@ Keras's own ``BackupAndRestore`` semantics, for a chained job (``wml submit --ch
   saves, and the process exits with status 75 (``EXIT_RESUME``) at once on every rank: ``fit``
   does not return and the rest of the script does not run (other callbacks get no
   ``on_train_end``).
+- ``WalltimeCheckpoint(every=N)`` also saves after every N batches of the run (without
+  stopping), so a run that ``ddlrun --restarts`` restarts after a lost node or a hang redoes at
+  most N batches.
 
 Without a checkpoint directory ($WML_CHECKPOINT_DIR or checkpoint.configure) it does nothing.
 The data order of an epoch must depend only on the epoch and the random streams at its start:
@@ -71,9 +74,14 @@ class _Resume:
 class WalltimeCheckpoint(keras.callbacks.Callback):
     """Saves before the walltime and resumes in the next job (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every: Optional[int] = None) -> None:
         super().__init__()
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise DDLInputError(f"WalltimeCheckpoint: every={every!r} must be a positive number of batches")
+        self.every = every
         self.active = saving.directory() is not None
+        if every is not None and not self.active:
+            saving.require_directory(f"WalltimeCheckpoint(every={every})")
         self._resume: Optional[_Resume] = None
         self._epoch = 0
         self._epoch_rng: Dict[str, Any] = {}
@@ -151,6 +159,8 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
         if stop.agree(self._step):
             self.save(batch)
             saving.exit_resume()
+        if self.every and (self._step + 1) % self.every == 0:
+            self.save(batch)
 
     def save(self, batch: int):
         """Collective: save now, as after `batch` of the current epoch."""
