@@ -69,6 +69,9 @@ class DdlrunOptions:
     container: Optional[str] = None      # --container IMAGE (none: no container, not even the site's default)
     container_runtime: Optional[str] = None
     stage_image: Optional[str] = None    # --stage-image on|off (None: the site's container.stage)
+    restarts: Optional[int] = None       # --restarts N: relaunch after a lost node, a hang or a crash (heal.py)
+    spare_nodes: int = 0                 # --spare-nodes K: nodes of the allocation kept out of the layout
+    exclude: Tuple[str, ...] = ()        # nodes a restart leaves out (hosts; emulated: node<i>) (spares.py)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,14 @@ class LaunchPlan:
     container_env: Tuple[Tuple[str, str], ...] = ()   # the environment the container's binds and PYTHONPATH are read from
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
     image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
+    node_names: Tuple[str, ...] = ()     # each layout node's name where spares or failed nodes are left out (spares.py)
+    left_out: Tuple[str, ...] = ()       # the allocation's hosts this launch does not use (srun --exclude)
+
+    def node_name(self, node: int) -> str:
+        """Layout node ``node``'s name: its host, or ``node<i>`` on emulated nodes."""
+        if self.node_names:
+            return self.node_names[node]
+        return f"node{node}" if self.layout.emulated else self.node_hosts[node]
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         lay = self.layout
@@ -156,7 +167,7 @@ class LaunchPlan:
             extra = [*cont.launcher_args(env), *extra]
         ctx = LaunchContext(site=self.site, hosts=list(self.node_hosts), mpi_flavor=self.mpi_flavor or "mpich",
                             env=dict(self.exports), extra_args=extra, rankfile=rankfile_path,
-                            hostfile=hostfile_path)
+                            hostfile=hostfile_path, exclude=self.left_out)
         argv = launch_command(self.layout, ctx, program)
         if self.output_tags:       # Open MPI: each chunk of output names its rank (runner reassembles lines)
             argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]
@@ -236,6 +247,8 @@ def master_port(env: Mapping[str, str]) -> int:
     job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
     if env.get("WML_TRIAL"):      # a sweep's trials packed into one job run side by side
         job += f"-trial{env['WML_TRIAL']}"
+    if env.get("WML_ATTEMPT", "1") != "1":     # a restart (heal.py): not the port the last attempt's ranks held
+        job += f"-attempt{env['WML_ATTEMPT']}"
     return PORT_LOW + zlib.crc32(job.encode()) % PORT_SPAN
 
 
@@ -414,6 +427,9 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                        f"{len(hosts.hosts)} hosts; use --emulate-nodes K to emulate nodes here, "
                        f"or a site profile (--site) for your cluster")
     job_hosts = hosts
+    from .spares import usable_hosts
+
+    hosts, left_out, node_names = usable_hosts(hosts, opts, site.launcher)
     nodes, rpn, hosts = _nodes_and_rpn(opts, hosts)
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
                           ranks_per_gpu=opts.ranks_per_gpu, cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
@@ -467,4 +483,5 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                       program=opts.program, timeline=timeline, mpiargs=opts.mpiargs,
                       notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
                       fabric=fabric, fabric_report=fabric_report, container=container,
+                      node_names=node_names, left_out=left_out,
                       container_env=tuple({**env, **dict(exports)}.items()) if container is not None else ())
