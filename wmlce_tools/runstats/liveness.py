@@ -8,8 +8,8 @@ module never imports the runtime) and their exit reports.  Plain data and numpy,
   ended) has not changed, as ddlrun saw it, for longer than the rank's own limit (its beat's
   ``limit_s``: max(K x its median step, a floor), a save's or load's apart; none during its
   warm-up) plus how late ddlrun can see a change (``BEAT_S`` + its scan interval).
-- **Hung**: a stalled rank that is not waiting in a collective (its beat's phase); the stalled
-  ranks that wait are waiting for a hung one.  When every stalled rank waits (a collective no
+- **Hung**: a stalled rank that is not waiting in a collective (its beat's phase); the ranks
+  that wait in one are waiting for a hung one.  When every stalled rank waits (a collective no
   rank leaves), all of them are named.
 - **Failed first**: the ranks whose exit reports (non-zero, not a stop for the walltime) came
   within ``FIRST_WINDOW_S`` of the first one, leaving out those ended by SIGTERM (ddlrun's or the
@@ -104,7 +104,7 @@ def read_steps(directory: Path, size: int) -> Dict[int, int]:
 @dataclass
 class Stall:
     hung: np.ndarray                 # ranks, ascending
-    waiting: np.ndarray              # stalled ranks waiting in a collective for them
+    waiting: np.ndarray              # ranks waiting in a collective (for the hung ones)
     stalled_s: np.ndarray            # per hung rank: how long ddlrun saw no progress
 
 
@@ -156,10 +156,11 @@ class Watch:
         with np.errstate(invalid="ignore"):
             late = (now - self.changed) > (self.limit + slack_s)      # NaN (no limit, no beat): never
         late &= self.phase != ENDED
-        waiting = late & (self.phase == COLLECTIVE)
-        hung = late & ~waiting
+        in_collective = self.phase == COLLECTIVE
+        hung = late & ~in_collective
+        waiting = in_collective         # late or not yet: each waits for a peer, not for itself
         if not hung.any():
-            hung, waiting = waiting, np.zeros_like(waiting)
+            hung, waiting = late & in_collective, np.zeros_like(late)
         ranks = np.flatnonzero(hung)
         return Stall(ranks, np.flatnonzero(waiting), now - self.changed[ranks])
 
