@@ -37,7 +37,7 @@ _CODE = {name: i for i, name in enumerate(PHASES)}
 STEP, COLLECTIVE, SAVE, LOAD, ENDED = range(len(PHASES))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Beat:
     """One rank's heartbeat as written."""
     rank: int
