@@ -4,7 +4,10 @@ ms on a CPU), with the heartbeat ("new": a store of the step count into a shared
 the beat file rewritten and the stack dump re-armed at most once a second) and without it ("old":
 RunStats as before), in alternating blocks of one run.
 
-    mpiexec -n 2 python benchmarks/heal_overhead.py [--blocks 21] [--steps 50]
+    mpiexec -n 2 python benchmarks/heal_overhead.py [--blocks 21] [--steps 50] [--control]
+
+--control runs both kinds without the heartbeat (an A/A run: what the machine's load alone does
+to the ratio).
 
 Prints rank 0's median step of each kind, new/old, end_step() alone with and without the heartbeat
 per call, and one beat write (amortised over the steps of a second).  Target (issue 61): < 1 %.
@@ -32,6 +35,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=21)
     p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--control", action="store_true", help="both kinds without the heartbeat: the machine's noise")
     a = p.parse_args()
     if a.blocks < 2 or a.steps < 1:
         p.error("--blocks >= 2 and --steps >= 1")
@@ -58,7 +62,7 @@ def main() -> int:
     times = {True: [], False: []}
     for i in range(a.blocks * 2):
         new = (i % 2 == 0) if (i // 2) % 2 == 0 else (i % 2 == 1)     # ABBA: neither kind always first
-        record.beat = beat if new else None
+        record.beat = beat if new and not a.control else None
         times[new].append(block())
     record.beat = None
     if ddl.rank() == 0:

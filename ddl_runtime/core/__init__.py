@@ -7,6 +7,9 @@
 * log.py: one-line diagnostics prefixed with the rank.
 * stats.py: each rank's record (steps, step and collective time, bytes, the last steps one by
   one), written to DDL_STATS_DIR for `wml report`; rooms above add sections (LMS) by name.
+* heartbeat.py: under `ddlrun --restarts` (DDL_HEARTBEAT_DIR), each rank's heartbeat for ddlrun's
+  hang detection: a small file at most once a second, the steps in a shared mapping, the Python
+  stack dumped by faulthandler past the rank's limit, an uncaught exception with its step.
 
 Beside this room, at the package's top because users reach them by those names:
 errors.py (the exception types, printed as ddl_runtime.errors.DDLInputError) and timeline.py
