@@ -175,3 +175,24 @@ def test_horovod_keras_heals_with_the_runtimes_checkpoint(tmp_path):
         assert sorted(got.files) == sorted(want.files)
         for k in want.files:      # bit for bit
             assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
+
+
+def test_a_cancel_reaching_ddlrun_is_not_healed(tmp_path):
+    """SIGTERM to ddlrun (wml cancel, the walltime's end): the ranks end, and no restart follows."""
+    import signal
+    import time
+
+    prog = "import pathlib, os, time; pathlib.Path(f'up{os.environ[\"RANK\"]}').touch(); time.sleep(300)"
+    proc = subprocess.Popen([sys.executable, "-m", "wmlce_tools.ddlrun.cli", "-n", "2", "--restarts", "2", "--",
+                             sys.executable, "-c", prog], cwd=str(tmp_path), env=_env(WML_JOB_DIR=str(tmp_path / "job")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ((tmp_path / "up0").exists() and (tmp_path / "up1").exists()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err[-3000:]
+    assert err.count("ddlrun: /") == 1 and "ddlrun got SIGTERM (a cancel, or the walltime's end): not restarted" in err, \
+        err[-3000:]
+    assert _attempts(tmp_path / "job")["attempts"][0]["outcome"] == "failed"

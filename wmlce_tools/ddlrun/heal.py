@@ -16,7 +16,8 @@ Around what ``runner.run`` does for one launch, attempt after attempt:
    last checkpoint (``$WML_CHECKPOINT_DIR``: the job directory's ``checkpoints`` unless set;
    ``Checkpointer(every=N)`` bounds the steps redone).  An exception or an exit status restarts
    on the same nodes.
-4. No restart when none is left, when no spare can replace a failed node (the attempts record
+4. No restart when none is left, when ddlrun itself got SIGINT, SIGTERM or SIGHUP (a cancel, the
+   walltime's end: it passes them to the ranks, whose end is then no fault), when no spare can replace a failed node (the attempts record
    names the nodes the next job should leave out: a chain's next segment does), or when a rank
    raised the same exception at the same step as in an earlier attempt (a bug, not a fault: the
    run ends with that traceback).
@@ -24,8 +25,9 @@ Around what ``runner.run`` does for one launch, attempt after attempt:
    nodes, what failed, the time lost (the fault to the first step after the restart) and the
    steps redone; ddlrun's end line says it in one line.
 
-Without ``$WML_JOB_DIR`` (ddlrun by hand) the heartbeats, records, checkpoints and attempts go
-to ``./ddlrun-<job id>``, said in one line.  Each attempt's ranks get ``WML_ATTEMPT`` (1, 2, ...).
+They all go to the job directory (``$WML_JOB_DIR``), or beside the ranks' records when
+``DDL_STATS_DIR`` names them (a sweep's trial: ``trials/<i>``, so trials packed into one job keep
+apart), else (ddlrun by hand) to ``./ddlrun-<job id>``, said in one line.  Each attempt's ranks get ``WML_ATTEMPT`` (1, 2, ...).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ HEAL_GRACE_S = 1.0        # after a rank failed, the others' time before they ar
 STACK_WAIT_S = 3.0        # a hung rank's stack dump may land just after the decision
 BEATS, STATS, CHECKPOINTS = "heartbeat", "stats", "checkpoints"
 ATTEMPT_ENV = "WML_ATTEMPT"
+ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)   # passed to the ranks by ddlrun: the job is ending
 RESTARTS_ENV = "WML_RESTARTS"
 
 
@@ -83,7 +87,9 @@ def prepare(opts: DdlrunOptions, env: Mapping[str, str], err: TextIO) -> Tuple[D
     from ddl_runtime.core.jobenv import stats_dir
 
     job_dir = env.get("WML_JOB_DIR")
-    if job_dir:
+    if env.get("DDL_STATS_DIR"):        # a sweep's trial (trials/<i>/stats): beside its own records, not the job's
+        run = Path(os.path.abspath(env["DDL_STATS_DIR"])).parent
+    elif job_dir:
         run = Path(job_dir)
     else:
         job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
@@ -102,7 +108,7 @@ def prepare(opts: DdlrunOptions, env: Mapping[str, str], err: TextIO) -> Tuple[D
             (run / BEATS).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise WmlError(f"--restarts: cannot make {run / BEATS}: {e.strerror}") from None
-        if not job_dir:
+        if not job_dir and not env.get("DDL_STATS_DIR"):
             err.write(f"ddlrun: --restarts: heartbeats, records, checkpoints and the attempts in {run} "
                       f"(WML_JOB_DIR chooses)\n")
     dirs = HealDirs(run, run / BEATS, Path(os.path.abspath(stats)), Path(os.path.abspath(ckpt)))
@@ -329,6 +335,12 @@ def run(plan: LaunchPlan, opts: DdlrunOptions, dirs: HealDirs, env: Mapping[str,
             break
         if launch.status == EXIT_RESUME:
             attempt.outcome = "stopped"
+            break
+        ended = [signal.Signals(g).name for g in launch.signals if g in ENDING]
+        if ended:           # a cancel or the walltime's end reached ddlrun itself: not a fault to heal
+            attempt.outcome = "failed"
+            attempt.note = f"ddlrun got {ended[0]} (a cancel, or the walltime's end): not restarted"
+            _say(err, f"ddlrun: {attempt.note}")
             break
         attempt.outcome = "failed"
         faults, failed, attempt.fault_at = classify(plan, launch, watcher, env)

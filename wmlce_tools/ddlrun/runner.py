@@ -206,6 +206,7 @@ class Attempt:
     status: int
     relay: "StderrRelay"
     stopped_by: Optional[str] = None
+    signals: tuple = ()              # the signals ddlrun itself got (and passed on) meanwhile
 
 
 Watch = Callable[[float, "StderrRelay"], Optional[str]]
@@ -250,8 +251,10 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     # one that reached a shim still starting would kill it (the default action).
     stop_sig = stop_signum(env, STOP_SIGNAL_ENV) if ranks else None
     held: List[float] = []         # when a held stop signal came
+    got: List[int] = []            # every signal that reached ddlrun
 
     def forward(sig: int) -> None:
+        got.append(sig)
         if sig == stop_sig and (held or not relay_box or relay_box[0].not_up(ranks)):
             held.append(time.monotonic())
         elif launched:
@@ -338,7 +341,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     except ImportError:       # no hint rather than a wrong one
         shim = True
     status = final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)), horovod_shim=shim)
-    return Attempt(status, relay, stopped_by)
+    return Attempt(status, relay, stopped_by, tuple(got))
 
 
 def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,
