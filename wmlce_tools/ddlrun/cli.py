@@ -261,7 +261,9 @@ def _with_restarts(opts, env):
 
     if opts.restarts is not None:
         return opts
-    text = env.get("WML_RESTARTS", "").strip()
+    from .heal import RESTARTS_ENV
+
+    text = env.get(RESTARTS_ENV, "").strip()
     if text:
         if not text.isdigit():
             raise WmlError(f"WML_RESTARTS={text!r}: expected a number of restarts (0 or more)")
