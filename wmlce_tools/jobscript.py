@@ -25,6 +25,7 @@ import jinja2
 from ._version import __version__
 from .cache import cache_dir
 from .ddlrun.exe import ddlrun_exe
+from .ddlrun.spares import allocation_nodes, check_job, job_argv
 from .errors import WmlError
 from .launch.command import Where, launch_argv
 from .launch.plan import LaunchOptions, LaunchPlan, build_launch
@@ -194,6 +195,7 @@ class JobPlan:
             argv += ["--stage-image", self.request.stage_image] if self.request.stage_image else []
         elif self.site.container is not None and self.site.container.image is not None:
             argv += ["--container", "none"]      # not the site's default image
+        argv += job_argv(self.request.restarts, self.request.spare_nodes)    # ddlrun/heal.py, ddlrun/spares.py
         return argv + ["--", *self.program]
 
     @property
@@ -321,12 +323,16 @@ def plan_job(site: SiteProfile, req: ResourceRequest, argv: Sequence[str], *,
         site = replace(site, gpu_binding=req.gpu_binding)
     if req.project is None and site.defaults.account:
         req = dataclasses.replace(req, project=site.defaults.account)
+    if req.restarts is None and site.defaults.restarts:
+        req = dataclasses.replace(req, restarts=site.defaults.restarts)
+    check_job(site, req)
     check_job_name(req.job_name)
     for option, value in (("--project", req.project), ("--queue", req.queue), ("--qos", req.qos),
                           ("--output", req.output), ("--error", req.error)):
         if value is not None:
             check_directive_value(option, value)
-    choice = choose_queue(site, _interactive_queue(site, req, interactive))
+    choice = choose_queue(site, _interactive_queue(site, dataclasses.replace(req, nodes=allocation_nodes(site, req)),
+                                                   interactive))
     queue, walltime = choice.name, choice.walltime
     layout = compile_layout(site, req)
     launch = build_launch(site, layout, LaunchOptions(
@@ -405,7 +411,7 @@ def _pbs_resources(plan: JobPlan, minutes: int) -> List[str]:
         return []
     from .schedulers.pbs import resource_list
 
-    return resource_list(plan.site, plan.layout.nodes, minutes, plan.passthrough)
+    return resource_list(plan.site, allocation_nodes(plan.site, plan.request), minutes, plan.passthrough)
 
 
 def _chain_context(plan: JobPlan) -> Optional[dict]:
@@ -457,6 +463,7 @@ def render_script(plan: JobPlan) -> str:
         launch=f"cd {sh_quote(str(plan.workdir))}\n{sh_join(plan.ddlrun_argv)}",
         workdir_cd=f"cd {sh_quote(str(plan.workdir))}", ddlrun_line=sh_join(plan.ddlrun_argv),
         sweep_directives=plan.sweep.directives if plan.sweep else (), lsf_job_name=plan.request.job_name,
+        alloc_nodes=allocation_nodes(site, plan.request), heals=bool(plan.request.restarts),
     )
     if plan.sweep is not None:
         ctx.update(launch=f"cd {sh_quote(str(plan.workdir))}\n{plan.sweep.launch_line}",

@@ -62,6 +62,8 @@ class JobOptions:
     container: Annotated[Optional[str], typer.Option("--container", metavar="IMAGE", help="Run each rank in this image with the site's container runtime (its profile's container: section: Shifter, Apptainer, podman-hpc, pyxis, the CSCS Container Engine, Charliecloud, podman), one container per rank started by the site's launcher; wml's rank shim is bound in read-only; 'none': no container, not even the site's default image.")] = None
     container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", metavar="NAME", help="With --container: which of the site's runtimes (default: its container.runtime; Perlmutter: shifter or podman-hpc).")] = None
     stage_image: Annotated[Optional[str], typer.Option("--stage-image", metavar="on|off", help="With --container: copy the image file (.sif, SquashFS) to each node's local storage (the site's stage_env place) once before any rank starts and run the ranks from the copy, removed at the end when no job uses it; off: read it where it is (default: the site's container.stage).")] = None
+    restarts: Annotated[Optional[int], typer.Option("--restarts", metavar="N", help="Heal the run in its allocation: up to N times, when ranks die by a signal, hang (no step ended for far longer than usual: named with their Python stack) or a node is lost, ddlrun ends the rest and relaunches from the last checkpoint (the job directory's checkpoints/, or the chain's; Checkpointer(every=...) says how often), leaving the failed node out; the same exception at the same step twice ends the run (default: the site's defaults.restarts, else 0).")] = None
+    spare_nodes: Annotated[int, typer.Option("--spare-nodes", metavar="K", help="Ask for K nodes more than the layout's, for a restart (--restarts) to take in place of a node that failed; without one a failed node ends the job (a chain's next job leaves it out).")] = 0
     stage_env: Annotated[Optional[str], typer.Option("--stage-env", help="With --env: copy the env to each node's local storage (the site's stage_env place) before any rank starts, and run the ranks from the copy (no import storm on the shared file system); --stage-env=auto: on failure run from the shared env with one warning line; --stage-env=off: not even when the site stages by default.", metavar="[=auto|=off]")] = None
 
     mem: Annotated[Optional[str], typer.Option("--mem", help="Memory per node (64G, 500M): sbatch --mem, PBS select mem= (LSF and Cobalt jobs get whole nodes: refused).")] = None
@@ -205,7 +207,7 @@ def request_from(opts: JobOptions, export: Optional[Sequence[str]] = None):
         gpu_binding=opts.gpu_binding, gpu_sharing=opts.gpu_sharing, stage_env=opts.stage_env, container=opts.container,
         container_runtime=opts.container_runtime, stage_image=opts.stage_image, mem=opts.mem, exclusive=opts.exclusive,
         reservation=opts.reservation, mail=opts.mail, begin=opts.begin, constraint=opts.constraint,
-        directives=tuple(opts.directive or ())), walltime_s
+        directives=tuple(opts.directive or ()), restarts=opts.restarts, spare_nodes=opts.spare_nodes), walltime_s
 
 
 def plan_from(opts: JobOptions, program: Optional[Sequence[str]], *, interactive: bool = False,

@@ -48,6 +48,8 @@ class ResourceRequest:
     begin: Optional[str] = None               # HH:MM or YYYY-MM-DDTHH:MM[:SS]
     constraint: Optional[str] = None          # node features
     directives: Tuple[str, ...] = ()          # whole directive lines of the site's scheduler
+    restarts: Optional[int] = None            # ddlrun --restarts N (a lost node, a hang, a crash); default the site's
+    spare_nodes: int = 0                      # nodes asked for beyond the layout, for a restart to take (--spare-nodes)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "ranks_per_node", "gpus_per_rank", "ranks_per_gpu", "cores_per_rank",
@@ -59,6 +61,10 @@ class ResourceRequest:
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 opt = "--" + name.replace("_", "-")
                 raise WmlError(f"{opt} must be an integer >= {low}, got {v!r}")
+        for name in ("restarts", "spare_nodes"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise WmlError(f"--{name.replace('_', '-')} must be an integer >= 0, got {v!r}")
         if (self.ranks_per_gpu or 1) > 1 and self.gpus_per_rank is not None and self.gpus_per_rank != 1:
             what = "CPU-only ranks share no GPU" if self.gpus_per_rank == 0 else \
                 f"a rank sharing a GPU has that one GPU, not {self.gpus_per_rank}"

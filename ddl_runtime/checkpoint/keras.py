@@ -17,6 +17,12 @@ Keras's own ``BackupAndRestore`` semantics, for a chained job (``wml submit --ch
   saves, and the process exits with status 75 (``EXIT_RESUME``) at once on every rank: ``fit``
   does not return and the rest of the script does not run (other callbacks get no
   ``on_train_end``).
+- ``WalltimeCheckpoint(every=N)`` also saves after every N batches of the run (without
+  stopping), so a run that ``ddlrun --restarts`` restarts after a lost node or a hang redoes at
+  most N batches.
+- A save (or a stop) that falls on an epoch's last batch is made as the next epoch begins
+  (before Keras draws that epoch's data iterator from the random streams); at the run's very
+  end, none is needed.
 
 Without a checkpoint directory ($WML_CHECKPOINT_DIR or checkpoint.configure) it does nothing.
 The data order of an epoch must depend only on the epoch and the random streams at its start:
@@ -72,14 +78,20 @@ class _Resume:
 class WalltimeCheckpoint(keras.callbacks.Callback):
     """Saves before the walltime and resumes in the next job (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every: Optional[int] = None) -> None:
         super().__init__()
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise DDLInputError(f"WalltimeCheckpoint: every={every!r} must be a positive number of batches")
+        self.every = every
         self.active = saving.directory() is not None
+        if every is not None and not self.active:
+            saving.require_directory(f"WalltimeCheckpoint(every={every})")
         self._resume: Optional[_Resume] = None
         self._epoch = 0
         self._epoch_rng: Dict[str, Any] = {}
         self._batch_begun = -1
         self._step = -1  # the last batch trained in the whole run, counted from 0
+        self._deferred: Optional[bool] = None  # a save due at an epoch's last batch (True: and a stop)
 
     # restore ---------------------------------------------------------------------------------
 
@@ -118,9 +130,20 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
         if resume is not None and epoch == resume.epoch:
             rng.restore(resume.epoch_rng)  # the epoch's shuffle is drawn after this: the same order
             self._epoch_rng = resume.epoch_rng
-            self._pass_trained_batches(resume)
+            if resume.batch < 0:       # saved as this epoch began: nothing of it to pass over
+                self._resume = None
+            else:
+                self._pass_trained_batches(resume)
         elif self.active:
             self._epoch_rng = rng.capture()
+        if self._deferred is not None:
+            # The save (and stop) agreed at the last epoch's last batch, made now, as this epoch
+            # begins (batch -1): between the two Keras draws from the random streams (the next
+            # epoch's data iterator), so a checkpoint taken there could not resume the same run.
+            stopping, self._deferred = self._deferred, None
+            self.save(-1)
+            if stopping:
+                saving.exit_resume()
 
     def _pass_trained_batches(self, resume: _Resume) -> None:
         """Until the batch after `resume.batch`, the train function only consumes the data."""
@@ -151,9 +174,16 @@ class WalltimeCheckpoint(keras.callbacks.Callback):
             return
         self._step += 1
         _rt.current().stats.run_step = self._step    # the step the run reached (core/stats.py)
-        if stop.agree(self._step):
+        stopping = stop.agree(self._step)
+        due = bool(self.every) and (self._step + 1) % self.every == 0
+        if (stopping or due) and batch + 1 == (self.params or {}).get("steps"):
+            self._deferred = stopping      # the epoch's last batch: saved as the next one begins
+            return
+        if stopping:
             self.save(batch)
             saving.exit_resume()
+        if due:
+            self.save(batch)
 
     def save(self, batch: int):
         """Collective: save now, as after `batch` of the current epoch."""

@@ -94,6 +94,14 @@ def save(state: Dict[str, Any], step: int, framework: str = "") -> Path:
     step = int(step)
     d = require_directory("save")
     rt = _rt.current()
+    rt.io_phase("save")
+    try:
+        return _save(rt, d, state, step, framework)
+    finally:
+        rt.io_phase("step")
+
+
+def _save(rt, d: Path, state: Dict[str, Any], step: int, framework: str) -> Path:
     gathered = _gather(rt, (step, str(d), rng.capture()), "checkpoint.save")
     result: Any = None
     if rt.rank == 0:
@@ -130,6 +138,17 @@ def load(restore_rng: bool = True) -> Optional[Restored]:
 
     d = require_directory("load")
     rt = _rt.current()
+    rt.io_phase("load")
+    try:
+        restored = _load(rt, d, restore_rng)
+        if restored is not None:
+            rt.stats.step_base = restored.step + 1      # the attempt's steps count on from there (core/stats.py)
+    finally:
+        rt.io_phase("step")
+    return restored
+
+
+def _load(rt, d: Path, restore_rng: bool) -> Optional[Restored]:
     try:
         view: Any = store.latest_step(d)
     except store.CheckpointError as exc:

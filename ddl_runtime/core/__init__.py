@@ -9,6 +9,9 @@
   measured from the arrivals its agreements carry, bytes, the last steps one by one), written to
   DDL_STATS_DIR for `wml report`; `collective` wraps the collectives of the rooms above (their time
   is communication); rooms above add sections (LMS) by name.
+* heartbeat.py: under `ddlrun --restarts` (DDL_HEARTBEAT_DIR), each rank's heartbeat for ddlrun's
+  hang detection: a small file at most once a second, the steps in a shared mapping, the Python
+  stack dumped by faulthandler past the rank's limit, an uncaught exception with its step.
 
 Beside this room, at the package's top because users reach them by those names:
 errors.py (the exception types, printed as ddl_runtime.errors.DDLInputError) and timeline.py

@@ -50,6 +50,10 @@ class JobEnvironment:
     response_cache: Optional[int] = None  # DDL_RESPONSE_CACHE: descriptors the negotiation caches (0: none)
     stats_dir: Optional[str] = None  # DDL_STATS_DIR, else $WML_JOB_DIR/stats: each rank's record (core/stats.py)
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S  # DDL_STATS_INTERVAL_S: the record rewritten this often
+    heartbeat_dir: Optional[str] = None  # DDL_HEARTBEAT_DIR (ddlrun --restarts): each rank's heartbeat (core/heartbeat.py)
+    hang_k: Optional[float] = None       # DDL_HANG_K: hung after K x the median step (default heartbeat.DEFAULT_K)
+    hang_floor_s: Optional[float] = None     # DDL_HANG_FLOOR_S: ... and never before this (heartbeat.DEFAULT_FLOOR_S)
+    hang_io_floor_s: Optional[float] = None  # DDL_HANG_IO_FLOOR_S: a checkpoint save or load's floor
     launcher: LauncherInfo = field(default_factory=lambda: LauncherInfo("none"))
 
     @classmethod
@@ -68,6 +72,10 @@ class JobEnvironment:
             response_cache=_non_negative_int(env, "DDL_RESPONSE_CACHE"),
             stats_dir=stats_dir(env),
             stats_interval_s=_positive_float(env, "DDL_STATS_INTERVAL_S") or DEFAULT_STATS_INTERVAL_S,
+            heartbeat_dir=os.path.abspath(env["DDL_HEARTBEAT_DIR"]) if env.get("DDL_HEARTBEAT_DIR") else None,
+            hang_k=_positive_float(env, "DDL_HANG_K"),
+            hang_floor_s=_positive_float(env, "DDL_HANG_FLOOR_S"),
+            hang_io_floor_s=_positive_float(env, "DDL_HANG_IO_FLOOR_S"),
             launcher=detect_launcher(env),
         )
 

@@ -182,6 +182,8 @@ class RunStats:
         self._pending_bytes = 0                    # reductions since the last step's end (reduced())
         self._step_owner: Optional[object] = None  # a callback that ends the steps (claim_steps)
         self._passing = False                      # the next step's end is a batch passed over (passed())
+        self.step_base = 0                         # the run's step this attempt began at (a checkpoint's + 1)
+        self.beat = None                           # core/heartbeat.py's Heartbeat, under ddlrun --restarts
 
     # -- the collectives ----------------------------------------------------------------------
     def arrival(self) -> int:
@@ -237,6 +239,11 @@ class RunStats:
                 self.min_step_s = step
             if step > self.max_step_s:
                 self.max_step_s = step
+        beat = self.beat
+        if beat is not None:
+            beat.counter[1] = self.steps
+            if now >= beat.due:
+                beat.step(self, now)
         if self.directory is not None and now - self._last_write >= self.interval_s:
             self.write("running")
 
@@ -263,6 +270,13 @@ class RunStats:
     def ends_steps(self, owner: object) -> bool:
         return self._step_owner is owner
 
+    def compute_at(self, i: int) -> float:
+        """Slot ``i`` of the ring of the last steps' compute times."""
+        return self._compute[i]
+
+    def comm_at(self, i: int) -> float:
+        return self._comm[i]
+
     # -- the record ---------------------------------------------------------------------------
     def _ring(self, values: array) -> str:
         n = min(self.steps, RING)
@@ -276,7 +290,7 @@ class RunStats:
             "format": FORMAT, "rank": self.rank, "size": self.size, "status": status or self.status,
             "host": socket.gethostname(), "pid": os.getpid(), "started": self.started, "written": time.time(),
             "argv": _argv(), **self.placement,
-            "steps": self.steps, "first_step_s": self.first_step_s,
+            "steps": self.steps, "step_base": self.step_base, "first_step_s": self.first_step_s,
             "step_s": self.step_s, "comm_s": self.comm_s, "wait_s": self.wait_s, "timed_steps": timed,
             "min_step_s": self.min_step_s if timed else None, "max_step_s": self.max_step_s if timed else None,
             "bytes_reduced": self.bytes_reduced, "arrivals": self.arrivals, "waited_steps": self.waited_steps,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from mpi4py import MPI
 
@@ -28,6 +28,7 @@ from .log import log
 
 TAG = 7177
 POLL_INTERVAL_S = 0.02  # stall and exit checks need no finer grain; fewer wake-ups, less lock traffic
+WAIT_MARK_S = 1.0  # a wait this long is told to `on_wait` (the heartbeat: this rank waits for a peer)
 
 State = Tuple[int, str, bool]  # (collective number, description, waiting in it)
 
@@ -62,6 +63,8 @@ class Watchdog:
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.closed = False
+        self.on_wait: Optional[Callable[[str], None]] = None   # called once per wait longer than WAIT_MARK_S
+        self._marked: Optional[float] = None
 
     # -- bookkeeping by the main thread ---------------------------------------------------
     def start(self, what: str) -> int:
@@ -105,6 +108,9 @@ class Watchdog:
         if since is None:
             return
         seq, what = self.seq, self.what
+        if self.on_wait is not None and self._marked != since and now - since >= WAIT_MARK_S:
+            self._marked = since
+            self.on_wait(what)
         for rank, entered in self.exited.items():
             if entered < seq:
                 self.abort(f"rank {rank} left (finalize or exit) after {entered} collectives while this rank "

@@ -24,6 +24,7 @@ def install() -> None:
     previous = sys.excepthook
 
     def excepthook(kind, value, tb):
+        _record(kind, value, tb)
         mpi = sys.modules.get("mpi4py.MPI")
         if (os.getpid() != _pid or mpi is None or not mpi.Is_initialized() or mpi.Is_finalized()
                 or mpi.COMM_WORLD.Get_size() == 1):
@@ -36,3 +37,27 @@ def install() -> None:
         runtime.abort_job(f"uncaught exception: {summary}", detail=text)
 
     sys.excepthook = excepthook
+
+
+def _record(kind, value, tb) -> None:
+    """Under ddlrun --restarts ($DDL_HEARTBEAT_DIR): the exception, where and at which step, for
+    ddlrun (core/heartbeat.py), so that the same one at the same step after a restart ends the run."""
+    directory = os.environ.get("DDL_HEARTBEAT_DIR")
+    if not directory or os.getpid() != _pid or kind in (KeyboardInterrupt, SystemExit):
+        return
+    try:
+        from ..core.heartbeat import write_error
+
+        rt = None
+        if "mpi4py.MPI" in sys.modules:      # never import mpi4py here
+            from . import runtime
+
+            rt = runtime.get()
+        rank = rt.rank if rt is not None else int(os.environ.get("RANK", "0") or 0)
+        step = rt.stats.step_base + rt.stats.steps if rt is not None else None
+        frames = traceback.extract_tb(tb)
+        where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
+        write_error(os.path.abspath(directory), rank, kind.__name__, str(value), where,
+                    "".join(traceback.format_exception(kind, value, tb)), step)
+    except Exception:  # noqa: BLE001 - the exception itself is what must be reported
+        pass

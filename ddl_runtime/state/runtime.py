@@ -89,6 +89,8 @@ class Runtime:
         if self.shm is not None:
             self.shm.carries_arrivals = True  # its agreement barriers carry the ranks' arrivals (core/stats.py)
         _stats.CURRENT = self.stats          # the collectives count their time into this rank's record
+        if self.env.heartbeat_dir:      # ddlrun --restarts watches for hung ranks (core/heartbeat.py)
+            self._start_heartbeat()
         self._select_gpu()
         from ..transports.gpu import transport
         self.gpu = transport.at_init(self)  # every rank's GPU and DDL_GPU_TRANSPORT (gpu/transport.py)
@@ -157,6 +159,23 @@ class Runtime:
                 "visible_gpus": ",".join(self.env.cuda_visible_devices) if self.env.cuda_visible_devices is not None
                 else None}
 
+    def _start_heartbeat(self) -> None:
+        from ..core import heartbeat
+
+        env = self.env
+        beat = heartbeat.Heartbeat(env.heartbeat_dir, self.rank, k=env.hang_k or heartbeat.DEFAULT_K,
+                                   floor_s=env.hang_floor_s or heartbeat.DEFAULT_FLOOR_S,
+                                   io_floor_s=env.hang_io_floor_s or heartbeat.DEFAULT_IO_FLOOR_S,
+                                   clock=self.stats.clock)
+        self.stats.beat = beat
+        self.watchdog.on_wait = lambda what: beat.waiting(what, self.stats)
+
+    def io_phase(self, name: str) -> None:
+        """A checkpoint save or load begins (``"save"``, ``"load"``) or ends (``"step"``): the
+        heartbeat times it apart from the steps."""
+        if self.stats.beat is not None:
+            self.stats.beat.phase(name, self.stats)
+
     def write_stats(self, status: str) -> None:
         """This rank's record (core/stats.py) now."""
         self.stats.write(status)
@@ -209,6 +228,9 @@ class Runtime:
         if missing:
             _log.log(f"finalize: ranks {','.join(map(str, missing))} did not finalize within {timeout_s:g} s")
         self.timeline.close()
+        if self.stats.beat is not None:
+            self.stats.beat.end(self.stats)
+            self.stats.beat.close()
         self.write_stats("stopped" if self.stats.status == "stopped" else "finished")
         if _stats.CURRENT is self.stats:
             _stats.CURRENT = None

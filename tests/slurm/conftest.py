@@ -5,8 +5,9 @@ to reach it, and stops it at the end of the session when a test session started 
 other test session still uses it.  It is skipped, with the reason, only where this machine
 cannot run it (not root and no cluster running; no apt-get and no Slurm installed).  Set
 ``WML_REQUIRE_SLURM=1`` (CI does) to turn those skips into failures, and ``WML_SLURM_KEEP=1``
-to leave a cluster the tests started running afterwards.  A cluster the tests start has 2
-emulated GPUs per node (``WML_SLURM_GPUS``, default 2 here) so GPU binding is tested too.
+to leave a cluster the tests started running afterwards.  A cluster the tests start has 3 nodes
+(``WML_SLURM_NODES``: a job's 2 and a spare) and 2 emulated GPUs per node (``WML_SLURM_GPUS``,
+default 2 here) so GPU binding is tested too.
 
 Every wait here is bounded and its timeout message says what it waited for.
 """
@@ -27,6 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-slurm"
 START_TIMEOUT_S = 600   # a fresh machine installs slurm-wlm, munge and libpmix-dev first
+NODES = 3               # a cluster the tests start: 2 for a job, 1 spare (tests/slurm/test_heal_on_slurm.py)
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -187,7 +189,8 @@ def local_slurm():
     was_running = _script("status", timeout=60, env=env).returncode == 0
     t0 = time.monotonic()
     start_env = dict(env) if was_running else dict(env, WML_SLURM_GPUS=env.get("WML_SLURM_GPUS", "2"))
-    started = _script("start", timeout=START_TIMEOUT_S, env=start_env)
+    nodes = () if was_running else (env.get("WML_SLURM_NODES", str(NODES)),)
+    started = _script("start", *nodes, timeout=START_TIMEOUT_S, env=start_env)
     if started.returncode != 0:
         lease.unlink(missing_ok=True)
         pytest.fail(f"scripts/local-slurm start failed ({started.returncode}):\n{started.stderr[-4000:]}")

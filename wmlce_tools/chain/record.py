@@ -31,6 +31,7 @@ class ChainRecord:
     length: int
     checkpoint_dir: str
     segments: List[SegmentEntry] = field(default_factory=list)
+    excluded: List[str] = field(default_factory=list)   # nodes that failed with no spare: later segments avoid them
 
     def job_ids_after(self, index: int) -> List[str]:
         return [s.job_id for s in self.segments if s.index > index and s.job_id]

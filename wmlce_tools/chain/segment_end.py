@@ -6,6 +6,10 @@ calls ``end_segment(RUN_DIR, INDEX, STATUS)``):
 - STATUS 75 (EXIT_RESUME): stopped for the walltime: say which segment resumes (or, in the
   last segment, that the run is not finished and how to go on).
 - anything else: a failure; the next segment (afterany) resumes from the last good checkpoint.
+  When ddlrun --restarts found nodes that failed and no spare to replace them (the segment's
+  ``attempts.json``: ``exclude_next``), the segments still queued are kept off those nodes in
+  the scheduler's own form (``Scheduler.exclude_argv``: Slurm's ``scontrol update
+  ExcNodeList``, LSF's ``bmod -R "select[hname!=...]"``), or a line says the scheduler has none.
 One line each, the step from latest.json; records ``segment-<k>/end.json``; exits STATUS.
 
 ``--afterok-only`` (Cobalt): the scheduler starts a dependent job only when the job it waits for
@@ -49,6 +53,37 @@ def _cancel_rest(rec: record.ChainRecord, index: int) -> List[str]:
     return done
 
 
+def _keep_off_failed_nodes(run_dir: Path, rec: record.ChainRecord, index: int) -> None:
+    """The nodes this segment's ddlrun found failed with no spare: the queued segments avoid them."""
+    from ..runstats.attempts import load as load_attempts
+    from ..schedulers import get_scheduler
+
+    attempts = load_attempts(run_dir / f"segment-{index}")
+    if attempts is None or not attempts.exclude_next:
+        return
+    new = [h for h in attempts.exclude_next if h not in rec.excluded]
+    rec.excluded += new
+    record.save(run_dir, rec)
+    ids = rec.job_ids_after(index)
+    if not ids:
+        return
+    nodes = ", ".join(rec.excluded)
+    sched = get_scheduler(rec.scheduler)
+    if sched.no_exclusion:
+        _say(f"node(s) {nodes} failed with no spare to replace them; the next segment cannot be kept off them: "
+             f"{sched.no_exclusion}")
+        return
+    for job_id in ids:
+        argv = sched.exclude_argv(job_id, list(rec.excluded))
+        try:
+            proc = sched.run_command(argv, wait_s=60, retry_busy=False)
+            if proc.returncode != 0:
+                raise RuntimeError((proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}")
+            _say(f"job {job_id} of the chain now leaves out {nodes}, which failed ({' '.join(argv)})")
+        except Exception as e:   # SchedulerError, WmlError, the tool's refusal: the segment still runs
+            _say(f"could not keep job {job_id} off {nodes} ({' '.join(argv)}: {e})")
+
+
 def end_segment(run_dir: Path, index: int, status: int, afterok_only: bool = False) -> int:
     code = _end_segment(run_dir, index, status)
     rec = record.load(run_dir)
@@ -85,6 +120,7 @@ def _end_segment(run_dir: Path, index: int, status: int) -> int:
         nxt = f"segment {index + 1} resumes from the last good checkpoint" if index < rec.length else \
             "it was the chain's last: the run is not finished"
         _say(f"{where} failed with exit status {status}{at and ' (last checkpoint' + at + ')'}; {nxt}")
+        _keep_off_failed_nodes(run_dir, rec, index)
     (run_dir / f"segment-{index}").mkdir(parents=True, exist_ok=True)   # a script wml render printed: not made yet
     record.write_json_atomic(run_dir / f"segment-{index}" / record.END_FILE,
                              {"status": status, "step": step, "time": time.time()})

@@ -171,6 +171,11 @@ def _report_line(job_dir: str) -> None:
     line = status_line(job_dir)
     if line:
         typer.echo(f"  run: {line}")
+    from ..runstats.attempts import status_line as attempts_line
+
+    line = attempts_line(job_dir)
+    if line:
+        typer.echo(f"  attempts: {line}")
 
 
 def cancel_cmd(job: Job) -> None:

@@ -6,7 +6,7 @@
            [--site NAME] [--mode p:GxNxRxA]
            [--emulate-nodes K] [-x NAME[=VALUE]]... [--mpiarg "..."]... [--mpiexec PATH]
            [--timeline FILE] [--horovod] [--lms] [--oversubscribe] [--check] [--dry-run] [--no-prefix] [-v]
-           [--container IMAGE [--container-runtime NAME]]
+           [--container IMAGE [--container-runtime NAME]] [--restarts N] [--spare-nodes K]
            [--] PROGRAM [ARGS]...
 
 Errors are one line, ``ddlrun: error: ...``, exit status 2; never a traceback.
@@ -37,7 +37,11 @@ EPILOG = ("Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_
           "WML_RANKS_PER_GPU (as --ranks-per-gpu), "
           "WML_DDLRUN_FAIL_GRACE_S (seconds the other ranks get after one fails, default 10), "
           "WML_DDLRUN_HOSTFILE_BYTES (a longer host list goes to mpiexec in a host file, default 32768), WML_HOROVOD=1 "
-          "(as --horovod), WML_LMS=1 (as --lms).  "
+          "(as --horovod), WML_LMS=1 (as --lms), WML_RESTARTS (as --restarts; else the site's defaults.restarts).  "
+          "With --restarts a rank is hung when it ends no step for max(K x its median step, a floor) after its "
+          "first 5 steps (DDL_HANG_K, default 20; DDL_HANG_FLOOR_S, default 600; a checkpoint save or load: "
+          "DDL_HANG_IO_FLOOR_S, default 1800); each attempt's ranks get WML_ATTEMPT; the attempts are "
+          "written to $WML_JOB_DIR/attempts.json.  "
           "Exit status: the first failing rank's.")
 
 
@@ -83,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stage-image", choices=("on", "off"), help="with an image file (.sif, SquashFS): copy it to each "
                    "node's local storage (the site's stage_env place) once before any rank starts and run from the "
                    "copy, removed at the end when no job uses it (default: the site's container.stage)")
+    p.add_argument("--restarts", type=int, metavar="N", help="relaunch the run up to N times in this allocation, "
+                   "from its last checkpoint ($WML_CHECKPOINT_DIR; the job directory's checkpoints/ unless set), when "
+                   "ranks die by a signal, hang (no step ended for much longer than usual: named with their Python "
+                   "stack) or a node is lost; a failed node is left out, a spare takes its place; the same exception "
+                   "at the same step twice ends the run (default: $WML_RESTARTS, else the site's defaults.restarts, "
+                   "else 0)")
+    p.add_argument("--spare-nodes", type=int, metavar="K", default=0, help="keep K nodes of the allocation out of "
+                   "the layout, for a restart to take in place of a node that failed (emulated nodes: K more)")
     p.add_argument("--oversubscribe", action="store_true", help="allow more ranks on a host than its slots")
     p.add_argument("--check", action="store_true", help="check every host first (reachable, same runtime "
                    "version, same GPU count; the site's network plugin found and loadable, its libfabric provider, "
@@ -147,6 +159,9 @@ def parse_args(argv: Sequence[str]):
     for opt, v in (("-n", a.np), ("--ranks-per-node", a.ranks_per_node), ("--emulate-nodes", a.emulate_nodes)):
         if v is not None and v < 1:
             raise WmlError(f"{opt} must be >= 1, got {v}")
+    for opt, v in (("--restarts", a.restarts), ("--spare-nodes", a.spare_nodes)):
+        if v is not None and v < 0:
+            raise WmlError(f"{opt} must be >= 0, got {v}")
     return DdlrunOptions(program=tuple(program), hosts=a.hosts, hostfile=a.hostfile, np=a.np,
                          ranks_per_node=a.ranks_per_node, gpus_per_rank=a.gpus_per_rank,
                          ranks_per_gpu=_ranks_per_gpu(a.ranks_per_gpu, os.environ),
@@ -157,7 +172,8 @@ def parse_args(argv: Sequence[str]):
                          timeline=a.timeline, oversubscribe=a.oversubscribe, prefix=a.prefix,
                          check=a.check, dry_run=a.dry_run, verbose=a.verbose,
                          container=a.container, container_runtime=a.container_runtime,
-                         stage_image=a.stage_image, gpu_sharing=a.gpu_sharing)
+                         stage_image=a.stage_image, gpu_sharing=a.gpu_sharing, restarts=a.restarts,
+                         spare_nodes=a.spare_nodes)
 
 
 def _describe(plan) -> str:
@@ -183,6 +199,12 @@ def run_cli(argv: Sequence[str]) -> int:
         import dataclasses
 
         opts = dataclasses.replace(opts, program=(sys.executable, "-c", "pass"))
+    from . import heal
+
+    opts = _with_restarts(opts, os.environ)
+    dirs = None
+    if heal.wanted(opts) and not check_only:
+        opts, dirs = heal.prepare(opts, os.environ, sys.stderr)
     plan = build_plan(opts, os.environ)
     for note in plan.notes:
         sys.stderr.write(f"ddlrun: {note}\n")
@@ -235,13 +257,34 @@ def run_cli(argv: Sequence[str]) -> int:
 
     try:
         with around_ranks(plan, sys.stderr, _once_per_node):      # CUDA MPS's daemons, where ddlrun starts them
-            code = run(plan)
+            code = run(plan) if dirs is None else heal.run(plan, opts, dirs)
     finally:
         _release_image(plan)
+        if dirs is not None:
+            heal.clean_up(dirs)
     from ..runstats.endline import print_end_line
 
-    print_end_line(os.environ, sys.stderr)    # the run in one line, from the ranks' records (wml report)
+    env = os.environ if dirs is None else {**os.environ, "DDL_STATS_DIR": str(dirs.stats)}
+    print_end_line(env, sys.stderr)    # the run in one line, from the ranks' records (wml report)
     return code
+
+
+def _with_restarts(opts, env):
+    """--restarts, else $WML_RESTARTS, else the site's defaults.restarts, else 0."""
+    import dataclasses
+
+    if opts.restarts is not None:
+        return opts
+    from .heal import RESTARTS_ENV
+
+    text = env.get(RESTARTS_ENV, "").strip()
+    if text:
+        if not text.isdigit():
+            raise WmlError(f"WML_RESTARTS={text!r}: expected a number of restarts (0 or more)")
+        return dataclasses.replace(opts, restarts=int(text))
+    from ..site.registry import choose_site
+
+    return dataclasses.replace(opts, restarts=choose_site(opts.site, env).defaults.restarts or 0)
 
 
 def _release_image(plan) -> None:

@@ -72,6 +72,9 @@ class DdlrunOptions:
     container_runtime: Optional[str] = None
     stage_image: Optional[str] = None    # --stage-image on|off (None: the site's container.stage)
     gpu_sharing: Optional[str] = None    # --gpu-sharing mps|time-slice (None: the site's; ddlrun/mps.py)
+    restarts: Optional[int] = None       # --restarts N: relaunch after a lost node, a hang or a crash (heal.py)
+    spare_nodes: int = 0                 # --spare-nodes K: nodes of the allocation kept out of the layout
+    exclude: Tuple[str, ...] = ()        # nodes a restart leaves out (hosts; emulated: node<i>) (spares.py)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,14 @@ class Launch:
     output_tags: Optional[str] = None    # Open MPI's --tag-output is given, its tags in this style (tagged.py)
     image_copy: Optional["ImageCopy"] = None   # the image file copied to each node's local storage first
     gpu_sharing: Optional["GpuSharing"] = None   # ranks sharing a GPU: MPS or time-sliced (ddlrun/mps.py)
-    gpu_sharing: Optional["GpuSharing"] = None   # ranks sharing a GPU: CUDA MPS (its daemons) or time-sliced
+    node_names: Tuple[str, ...] = ()     # each layout node's name where spares or failed nodes are left out (spares.py)
+    left_out: Tuple[str, ...] = ()       # the allocation's hosts this launch does not use (srun --exclude)
+
+    def node_name(self, node: int) -> str:
+        """Layout node ``node``'s name: its host, or ``node<i>`` on emulated nodes."""
+        if self.node_names:
+            return self.node_names[node]
+        return f"node{node}" if self.layout.emulated else self.node_hosts[node]
 
     @property
     def site(self) -> SiteProfile:
@@ -128,7 +138,8 @@ class Launch:
                      mpi_flavor=self.mpi_flavor or "mpich", launcher_exe=self.launcher_exe, rankfile=rankfile,
                      mode=self.mode,
                      hostfile=hostfile, edf=edf, output=self.output, report=report, timeline=self.timeline,
-                     mpiargs=self.mpiargs, tag_output=bool(self.output_tags), environ=dict(self.environ))
+                     mpiargs=self.mpiargs, tag_output=bool(self.output_tags), environ=dict(self.environ),
+                     exclude=self.left_out)
 
     def shim_argv(self, report: Optional[str] = None) -> List[str]:
         return shim_argv(self.plan, self.where(report=report))
@@ -225,6 +236,8 @@ def master_port(env: Mapping[str, str]) -> int:
     job = next((env[v] for v in JOB_ID_VARS if env.get(v)), None) or f"pid{os.getpid()}"
     if env.get("WML_TRIAL"):      # a sweep's trials packed into one job run side by side
         job += f"-trial{env['WML_TRIAL']}"
+    if env.get("WML_ATTEMPT", "1") != "1":     # a restart (heal.py): not the port the last attempt's ranks held
+        job += f"-attempt{env['WML_ATTEMPT']}"
     return PORT_LOW + zlib.crc32(job.encode()) % PORT_SPAN
 
 
@@ -392,6 +405,9 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                        f"{len(hosts.hosts)} hosts; use --emulate-nodes K to emulate nodes here, "
                        f"or a site profile (--site) for your cluster")
     job_hosts = hosts
+    from .spares import usable_hosts
+
+    hosts, left_out, node_names = usable_hosts(hosts, opts, site.launcher)
     nodes, rpn, hosts = _nodes_and_rpn(opts, hosts)
     req = ResourceRequest(nodes=nodes, ranks_per_node=rpn, gpus_per_rank=opts.gpus_per_rank,
                           ranks_per_gpu=opts.ranks_per_gpu, cores_per_rank=opts.cores_per_rank, threads_per_core=opts.threads_per_core)
@@ -451,4 +467,4 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
                   placement=placement_file(site.launcher, flavor, layout, node_hosts),
                   timeline=timeline, mpiargs=opts.mpiargs,
                   notes=tuple(n for n in (fitted, note) if n), hostfile=hostfile, image_copy=image_copy,
-                  gpu_sharing=sharing)
+                  gpu_sharing=sharing, node_names=node_names, left_out=left_out)

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import IO, Callable, List, Optional, TextIO
 
 from ddl_runtime.checkpoint.protocol import EXIT_RESUME, STOP_SIGNAL_ENV
@@ -58,6 +59,7 @@ class StderrRelay(threading.Thread):
         self.src, self.token, self.fd, self.tags = src, token, fd, tags
         self._lock = threading.Lock()
         self._exits: List[RankExit] = []
+        self._times: List[float] = []   # when each exit report came (monotonic)
         self._up: set = set()
         self.no_horovod = False     # a rank said "No module named 'horovod'"
         self.openmpi_root = False   # Open MPI's mpirun refused to run as root
@@ -70,6 +72,7 @@ class StderrRelay(threading.Thread):
             if report is not None:
                 with self._lock:
                     self._exits.append(report)
+                    self._times.append(time.monotonic())
             elif up is not None:
                 with self._lock:
                     self._up.add(up)
@@ -98,6 +101,11 @@ class StderrRelay(threading.Thread):
                 elif e.code != 0:
                     return e
             return None
+
+    def reports(self) -> List[tuple]:
+        """Every exit report so far with when it came: (RankExit, monotonic time), in arrival order."""
+        with self._lock:
+            return list(zip(self._exits, self._times))
 
     def first_stop(self) -> Optional[RankExit]:
         """The first rank that exited EXIT_RESUME (saved and stopped for the walltime), if any."""
@@ -194,8 +202,28 @@ def _write(workdir: str, name: str, text: Optional[str]) -> Optional[str]:
     return path
 
 
+@dataclass
+class Attempt:
+    """How one launch ended: ddlrun's status, the launcher's, the ranks' exit reports, and what
+    the watch said when it stopped the launch (``--restarts``: a hang; ddlrun/heal.py)."""
+    status: int
+    relay: "StderrRelay"
+    stopped_by: Optional[str] = None
+    signals: tuple = ()              # the signals ddlrun itself got (and passed on) meanwhile
+
+
+Watch = Callable[[float, "StderrRelay"], Optional[str]]
+
+
 def run(plan: Launch, err: TextIO = sys.stderr) -> int:
-    grace = fail_grace_s()
+    return run_attempt(plan, err).status
+
+
+def run_attempt(plan: Launch, err: TextIO = sys.stderr, watch: Optional[Watch] = None,
+                grace: Optional[float] = None) -> Attempt:
+    """Run the plan once.  ``watch(now, relay)`` is asked every poll; a line it returns is said and
+    the launch is stopped (SIGTERM, then SIGKILL).  ``grace``: the others' time after a failure."""
+    grace = fail_grace_s() if grace is None else grace
     workdir = tempfile.mkdtemp(prefix="ddlrun-")   # private (0700), removed with what it holds when ddlrun ends
     try:
         rankfile = _write(workdir, _placement_name(plan), plan.placement)
@@ -207,7 +235,7 @@ def run(plan: Launch, err: TextIO = sys.stderr) -> int:
         err.flush()
         record_launch(plan, argv)
         return _supervise(argv, plan.launcher_env(os.environ), token, err, grace, ranks=plan.layout.size,
-                          tags=plan.output_tags)
+                          tags=plan.output_tags, watch=watch)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -248,15 +276,17 @@ def fail_grace_s(env=os.environ) -> float:
 
 
 def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float,
-               ranks: Optional[int] = None, tags: Optional[str] = None) -> int:
+               ranks: Optional[int] = None, tags: Optional[str] = None, watch: Optional[Watch] = None) -> Attempt:
     early: List[int] = []          # signals that came before the launcher existed
     launched: List[subprocess.Popen] = []
     # A chained job's stop signal is held until every rank's shim is up (its "ddlrun-up" line):
     # one that reached a shim still starting would kill it (the default action).
     stop_sig = stop_signum(env, STOP_SIGNAL_ENV) if ranks else None
     held: List[float] = []         # when a held stop signal came
+    got: List[int] = []            # every signal that reached ddlrun
 
     def forward(sig: int) -> None:
+        got.append(sig)
         if sig == stop_sig and (held or not relay_box or relay_box[0].not_up(ranks)):
             held.append(time.monotonic())
         elif launched:
@@ -271,7 +301,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     except OSError as e:
         _restore(handlers)
         err.write(f"ddlrun: error: cannot run {argv[0]}: {e.strerror}\n")
-        return 127
+        return Attempt(127, StderrRelay(None, token))
     launched.append(proc)
     for sig in early:
         _signal_group(proc, sig)
@@ -281,6 +311,7 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
     out_relay = StdoutRelay(proc.stdout, tags) if tags else None
     if out_relay is not None:
         out_relay.start()
+    stopped_by: Optional[str] = None
     try:
         failed_at: Optional[float] = None
         stopped_at: Optional[float] = None
@@ -308,6 +339,12 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
                               f"stopping the other ranks in {grace:g} s unless they finish")
                 elif stopped_at is None and relay.first_stop() is not None:
                     stopped_at = now      # the others are saving's partners: they end at once
+            if watch is not None and stop_sent is None and stopped_at is None and failed_at is None:
+                stopped_by = watch(now, relay)
+                if stopped_by:
+                    _say(err, f"ddlrun: {stopped_by}; stopping the job (SIGTERM)")
+                    _signal_group(proc, signal.SIGTERM)
+                    stop_sent = now
             if failed_at is None and stopped_at is not None and stop_sent is None and now - stopped_at > grace:
                 left = relay.still_running(ranks) if ranks else []
                 _say(err, f"ddlrun: rank {relay.first_stop().rank} stopped for the walltime {grace:g} s ago; "
@@ -335,7 +372,8 @@ def _supervise(argv: List[str], env: dict, token: str, err: TextIO, grace: float
         shim = str(SHIM_DIR) in env.get("PYTHONPATH", "")
     except ImportError:       # no hint rather than a wrong one
         shim = True
-    return final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)), horovod_shim=shim)
+    status = final_status(relay, code, ranks, err, chained=bool(env.get(STOP_SIGNAL_ENV)), horovod_shim=shim)
+    return Attempt(status, relay, stopped_by, tuple(got))
 
 
 def final_status(relay: StderrRelay, code: int, ranks: Optional[int], err: TextIO,

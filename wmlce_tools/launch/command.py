@@ -34,6 +34,7 @@ class Where:
     mpiargs: Tuple[str, ...] = ()
     tag_output: bool = False                   # Open MPI's --tag-output before the program
     environ: Mapping[str, str] = ()            # the environment the launch runs in (pass values)
+    exclude: Tuple[str, ...] = ()              # the allocation's hosts this launch leaves out (srun --exclude)
 
 
 def device_ids(plan: LaunchPlan, gpus) -> Tuple[int, ...]:
@@ -119,7 +120,7 @@ def _assemble(plan: LaunchPlan, layout, decision: Decision, where: Where, progra
               rankfile: Optional[str] = None, hostfile: Optional[str] = None, tag_output: bool = False) -> List[str]:
     ctx = LaunchContext(site=plan.site, hosts=list(where.hosts) if where.hosts is not None else None,
                         mpi_flavor=where.mpi_flavor, env=rank_variables(plan, decision, where), extra_args=extra,
-                        rankfile=rankfile, hostfile=hostfile)
+                        rankfile=rankfile, hostfile=hostfile, exclude=tuple(where.exclude))
     argv = launch_command(layout, ctx, program)
     if tag_output:       # Open MPI: each chunk of output names its rank (ddlrun reassembles lines)
         argv[len(argv) - len(program):len(argv) - len(program)] = ["--tag-output"]

@@ -30,6 +30,7 @@ class LaunchContext:
     extra_args: Sequence[str] = ()                # --mpiarg from the user
     rankfile: Optional[str] = None                # Open MPI rankfile / jsrun ERF path, when written
     hostfile: Optional[str] = None                # mpiexec host file path, passed instead of a host list
+    exclude: Sequence[str] = ()                   # the allocation's hosts the launch must not use (spares, failed)
 
 
 LaunchFn = Callable[[Layout, LaunchContext, Sequence[str]], List[str]]

@@ -31,6 +31,8 @@ def command(layout, ctx, program):
     # A rank that dies without the runtime's abort (segfault, OOM kill, os._exit) must end the
     # step, or the other ranks wait in their collective until the walltime runs out.
     argv.append("--kill-on-bad-exit=1")
+    if ctx.exclude:     # spare and failed nodes of the allocation (ddlrun --spare-nodes, a restart)
+        argv.append(f"--exclude={','.join(ctx.exclude)}")
     if opts.srun_mpi:
         argv.append(f"--mpi={opts.srun_mpi}")
     if opts.gpu_bind and layout.gpus_per_rank and layout.ranks_per_gpu == 1:

@@ -113,9 +113,24 @@ def _extras(console: Console, part: Part) -> None:
         say(console, f"reduced: {_bytes(recs.ranks[0].bytes_reduced)} per rank ({_bytes(total)} in all)")
 
 
+def _attempts(console: Console, part: Part) -> None:
+    """ddlrun --restarts: the attempts, one line, and what failed in each (runstats/attempts.py)."""
+    from ..runstats.attempts import load
+
+    job_dir = part.directory.parent if part.directory.name == "stats" else part.directory
+    rec = load(job_dir)
+    if rec is None or (len(rec.attempts) == 1 and rec.attempts[0].outcome != "failed"):
+        return
+    console.print(f"attempts: {rec.one_line()}", markup=False, highlight=False)
+    for a in rec.attempts:
+        for f in a.faults:
+            console.print(f"  attempt {a.index} ({','.join(a.nodes)}): {f.describe()}", markup=False, highlight=False)
+
+
 def _part_detail(console: Console, part: Part) -> None:
     a = part.analysis
     say(console, f"{part.label}: {part.line}")
+    _attempts(console, part)
     _stragglers(console, a)
     console.print(_ranks_table(part))
     _extras(console, part)

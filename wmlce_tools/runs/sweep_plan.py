@@ -124,6 +124,9 @@ def plan_sweep(site: SiteProfile, req: ResourceRequest, program: Sequence[str], 
     todo = list(only) if only is not None else list(range(len(trials)))
     mode, why = choose_mode(site, len(todo), opts)
     if mode == "packed":
+        if req.spare_nodes:
+            raise WmlError("--spare-nodes: packed trials share one allocation, laid out without spares; give it to "
+                           "an array sweep (each trial its own job) or leave it out (--restarts heals on the same nodes)")
         req = _packed_request(site, req)
     trial_plan = plan_job(site, req, program, jobdir=jobdir, workdir=workdir, preview=preview)
     ddlrun = sh_join(trial_plan.ddlrun_argv)

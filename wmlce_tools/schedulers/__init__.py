@@ -132,6 +132,15 @@ class Scheduler(abc.ABC):
     def cancel_argv(self, job_id: str) -> List[str]:
         raise WmlError(f"the {self.name} scheduler has no cancel command")
 
+    #: why a queued job cannot be kept off nodes (None: ``exclude_argv`` can)
+    no_exclusion: Optional[str] = "this scheduler has no way to keep a queued job off a node"
+
+    def exclude_argv(self, job_id: str, hosts: List[str]) -> Optional[List[str]]:
+        """The command that keeps queued job ``job_id`` off ``hosts`` (every node to leave out, not
+        only new ones): a chain's next segment after a node failed with no spare to replace it
+        (``ddlrun --restarts``; chain/segment_end.py).  None where the scheduler has no such form."""
+        return None
+
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         """CANCEL_REQUESTED, CANCEL_FINISHED or CANCEL_UNKNOWN; SchedulerError otherwise."""
         raise WmlError(f"the {self.name} scheduler has no cancel command")

@@ -142,6 +142,10 @@ class Cobalt(Scheduler):
     def cancel_argv(self, job_id: str):
         return ["qdel", job_id]
 
+    #: ALCF's Cobalt (XC40): --attrs location= lists the nodes a job may use, none to avoid
+    no_exclusion = ("Cobalt has no documented way to keep a job off a node (--attrs location= lists the nodes "
+                    "to use, none to avoid); ask the centre to take the node out of service")
+
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         text = stdout + "\n" + stderr
         if "Deleted Jobs" in text:

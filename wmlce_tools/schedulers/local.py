@@ -15,6 +15,7 @@ class Local(Scheduler):
     job_id_var = "WML_JOB_ID"
     submit_tool = "bash"
     missing_hint = "bash is needed to run job scripts"
+    no_exclusion = "the local site's nodes are emulated on this machine: there is no other node to run on"
 
     def submit_argv(self, script: Path):
         return ["bash", str(script)]

@@ -154,6 +154,14 @@ class LSF(Scheduler):
     def cancel_argv(self, job_id: str):
         return ["bkill", job_id]
 
+    no_exclusion = None
+
+    def exclude_argv(self, job_id: str, hosts):
+        """bmod(1) ``-R "select[hname!='h1' && hname!='h2']"``: a pending job's resource requirement
+        (the selection string's ``hname``, IBM Spectrum LSF 10.1 "Selection string"); it replaces the
+        job's -R, which wml's LSF scripts give only with --rack-contiguous."""
+        return ["bmod", "-R", "select[" + " && ".join(f"hname!='{h}'" for h in hosts) + "]", job_id]
+
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         text = stdout + "\n" + stderr
         if _BEING_KILLED.search(text):

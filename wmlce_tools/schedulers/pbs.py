@@ -156,6 +156,11 @@ class PBS(Scheduler):
     def cancel_argv(self, job_id: str):
         return ["qdel", job_id]
 
+    #: PBS Pro's select names the hosts to use (host=...), none to avoid; OpenPBS's design of a
+    #: per-job node filter was left unfinished
+    no_exclusion = ("PBS Pro has no documented way to keep a job off a node (select's host= names the nodes to "
+                    "use, none to avoid); ask the centre to take the node out of service")
+
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         text = stdout + "\n" + stderr
         if _FINISHED.search(text):

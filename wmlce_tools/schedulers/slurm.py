@@ -186,6 +186,13 @@ class Slurm(Scheduler):
     def cancel_argv(self, job_id: str):
         return ["scancel", job_id]
 
+    no_exclusion = None
+
+    def exclude_argv(self, job_id: str, hosts):
+        """scontrol(1) ``update JobId=... ExcNodeList=<nodes>``: a pending job's excluded nodes
+        (sbatch --exclude's list), replaced whole."""
+        return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(hosts)}"]
+
     def parse_cancel(self, stdout: str, stderr: str = "", returncode: int = 0) -> str:
         """scancel is silent when it sends the signal (and, in recent versions, also for a job
         that has already ended); it says ``Invalid job id specified`` for one it never knew

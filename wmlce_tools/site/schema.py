@@ -213,6 +213,7 @@ class JobDefaults(_Strict):
     profile on WML_SITE_PATH sets them: ``defaults: {account: m1234}``)."""
 
     account: Annotated[Optional[str], Meta(description="-A/--account (-P/--project) for every job that gives none")] = None
+    restarts: Annotated[Optional[NonNegativeInt], Meta(description="--restarts for every job and ddlrun that gives none: how often a run is relaunched in its allocation after a lost node, a hang or a crash")] = None
 
 
 class SweepOptions(_Strict):
