@@ -31,6 +31,22 @@ def promised_launch(script: str) -> List[str]:
     return shlex.split(m.group(1))
 
 
+def same_launch(real: List[str], promised: List[str]) -> bool:
+    """Whether a launch that ran is the one the script promised: word for word, where a promised
+    value that names a host variable (``$LD_LIBRARY_PATH``, left for the launch to expand) matches
+    whatever that variable held there (its text before the variable must lead the real word)."""
+    if len(real) != len(promised):
+        return False
+    for r, p in zip(real, promised):
+        if "$" in p:
+            head = p[:p.index("$")].rstrip(":")
+            if not r.startswith(head):
+                return False
+        elif r != p:
+            return False
+    return True
+
+
 def directives(script: str, prefix: str) -> List[str]:
     """The scheduler directive lines (``#SBATCH``, ``#PBS``, ...) of a job script."""
     return [ln for ln in script.splitlines() if ln.startswith(prefix)]

@@ -4,6 +4,8 @@ activated from the copy, and what each centre asks a job to request for its node
 Perlmutter, Polaris and Aurora need nothing).  Golden files: tests/stage/golden/<site>.sh."""
 from __future__ import annotations
 
+import os
+
 import shlex
 import subprocess
 from pathlib import Path
@@ -49,8 +51,10 @@ def test_golden_staged_scripts(site, program, shared_env, monkeypatch):
     monkeypatch.delenv("WML_STAGE_PLACE", raising=False)
     script = render(site, program, shared_env, stage_env="on", **SITES[site])
     golden = GOLDEN / f"{site}.sh"
+    if os.environ.get("WML_REGENERATE_GOLDEN") == "1":      # as tests/helpers/job_output.py's goldens
+        golden.write_text(golden_text(script, program, shared_env))
     assert golden_text(script, program, shared_env) == golden.read_text(), (
-        f"rendered script differs from {golden}; if the change is intended, regenerate it")
+        f"rendered script differs from {golden}; if the change is intended, regenerate it (WML_REGENERATE_GOLDEN=1)")
 
 
 def test_each_site_requests_its_node_local_storage(program, shared_env, monkeypatch):

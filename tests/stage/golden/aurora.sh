@@ -34,18 +34,19 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-# Fabric: oneccl on 2 node(s), bare (site aurora): each variable below is kept when it is already set
-#   https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
-[ -n "${CCL_PROCESS_LAUNCHER+set}" ] || export CCL_PROCESS_LAUNCHER="pmix"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${CCL_ATL_TRANSPORT+set}" ] || export CCL_ATL_TRANSPORT="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${CCL_KVS_MODE+set}" ] || export CCL_KVS_MODE="mpi"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/
-export OMP_NUM_THREADS=8
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site aurora): oneccl on 2 node(s), bare
+#     OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
+#     CCL_PROCESS_LAUNCHER=pmix  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_ATL_TRANSPORT=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     CCL_KVS_MODE=mpi  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ (checked 2026-08-19)
 
 echo "wml: job ${PBS_JOBID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   mpiexec -n 24 --ppn 12 --cpu-bind=list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env OMP_NUM_THREADS=8 python /work/proj/train.py
+#   mpiexec -n 24 --ppn 12 --cpu-bind=list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --env OMP_NUM_THREADS=8 --env CCL_PROCESS_LAUNCHER=pmix --env CCL_ATL_TRANSPORT=mpi --env CCL_KVS_MODE=mpi --env FI_MR_CACHE_MONITOR=userfaultfd {python} -m wmlce_tools.ddlrun.rankexec --size 24 --ranks-per-node 12 --binding per-rank --gpus '0;1;2;3;4;5;6;7;8;9;10;11' --gpu-env ZE_AFFINITY_MASK --mode p:12x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site aurora -n 24 --ranks-per-node 12 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:12x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site aurora -n 24 --ranks-per-node 12 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:12x2x1x1 -- python /work/proj/train.py

@@ -39,19 +39,21 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-# Fabric: rccl on 2 node(s), bare (site frontier): each variable below is kept when it is already set
-#   https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="kdreg2"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
-[ -n "${MIOPEN_USER_DB_PATH+set}" ] || export MIOPEN_USER_DB_PATH="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
-[ -n "${MIOPEN_CUSTOM_CACHE_DIR+set}" ] || export MIOPEN_CUSTOM_CACHE_DIR="/tmp/my-miopen-cache"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
-[ -n "${NCCL_NET+set}" ] || export NCCL_NET="OFI"    # https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html
-export WML_NODE_DIRS="MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR"
-export OMP_NUM_THREADS=7
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site frontier): rccl on 2 node(s), bare
+#     OMP_NUM_THREADS=7  <- the layout (7 hw thread(s) per rank)
+#     FI_MR_CACHE_MONITOR=kdreg2  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     MIOPEN_USER_DB_PATH=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     MIOPEN_CUSTOM_CACHE_DIR=/tmp/my-miopen-cache  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     NCCL_NET=OFI  <- https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html (checked 2026-07-22)
+#     WML_NODE_DIRS=MIOPEN_USER_DB_PATH:MIOPEN_CUSTOM_CACHE_DIR  <- wml: the directories the rank shim makes on each node
+#     made on each node before the program: $MIOPEN_USER_DB_PATH, $MIOPEN_CUSTOM_CACHE_DIR
 
 echo "wml: job ${SLURM_JOB_ID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 16 --ntasks-per-node=8 --cpus-per-task=7 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 --gpu-bind=closest python /work/proj/train.py
+#   srun -N 2 -n 16 --ntasks-per-node=8 --cpus-per-task=7 --threads-per-core=1 --gpus-per-task=1 --cpu-bind=cores --kill-on-bad-exit=1 --gpu-bind=closest {python} -m wmlce_tools.ddlrun.rankexec --size 16 --ranks-per-node 8 --binding per-rank --gpus '4;5;2;3;6;7;0;1' --gpu-env ROCR_VISIBLE_DEVICES --mode p:8x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site frontier -n 16 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site frontier -n 16 --ranks-per-node 8 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 1 --mode p:8x2x1x1 -- python /work/proj/train.py

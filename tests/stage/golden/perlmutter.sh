@@ -32,15 +32,16 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-# Fabric: nccl on 2 node(s), bare (site perlmutter): each variable below is kept when it is already set
-#   https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh
-export OMP_NUM_THREADS=32
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site perlmutter): nccl on 2 node(s), bare
+#     OMP_NUM_THREADS=32  <- the layout (32 hw thread(s) per rank)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://github.com/NERSC/sc25-dl-tutorial/blob/main/submit_pm_dp.sh (checked 2026-11-28)
 
 echo "wml: job ${SLURM_JOB_ID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=32 --threads-per-core=2 --gpus-per-node=4 --cpu-bind=cores --kill-on-bad-exit=1 python /work/proj/train.py
+#   srun -N 2 -n 8 --ntasks-per-node=4 --cpus-per-task=32 --threads-per-core=2 --gpus-per-node=4 --cpu-bind=cores --kill-on-bad-exit=1 {python} -m wmlce_tools.ddlrun.rankexec --size 8 --ranks-per-node 4 --binding local-rank --gpus '0;1;2;3' --gpu-env CUDA_VISIBLE_DEVICES --mode p:4x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site perlmutter -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 2 --mode p:4x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site perlmutter -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 16 --threads-per-core 2 --mode p:4x2x1x1 -- python /work/proj/train.py

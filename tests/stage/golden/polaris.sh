@@ -30,22 +30,23 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-# Fabric: nccl on 2 node(s), bare (site polaris): each variable below is kept when it is already set
-#   https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
-[ -n "${NCCL_NET_GDR_LEVEL+set}" ] || export NCCL_NET_GDR_LEVEL="PHB"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${NCCL_CROSS_NIC+set}" ] || export NCCL_CROSS_NIC="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${NCCL_COLLNET_ENABLE+set}" ] || export NCCL_COLLNET_ENABLE="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${NCCL_NET+set}" ] || export NCCL_NET="AWS Libfabric"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${FI_CXI_DISABLE_HOST_REGISTER+set}" ] || export FI_CXI_DISABLE_HOST_REGISTER="1"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${FI_MR_CACHE_MONITOR+set}" ] || export FI_MR_CACHE_MONITOR="userfaultfd"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-[ -n "${FI_CXI_DEFAULT_CQ_SIZE+set}" ] || export FI_CXI_DEFAULT_CQ_SIZE="131072"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-export LD_LIBRARY_PATH="/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"    # https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/
-export OMP_NUM_THREADS=8
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   fabric (site polaris): nccl on 2 node(s), bare
+#     OMP_NUM_THREADS=8  <- the layout (8 hw thread(s) per rank)
+#     NCCL_NET_GDR_LEVEL=PHB  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_CROSS_NIC=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_COLLNET_ENABLE=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     NCCL_NET=AWS Libfabric  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_CXI_DISABLE_HOST_REGISTER=1  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_MR_CACHE_MONITOR=userfaultfd  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     FI_CXI_DEFAULT_CQ_SIZE=131072  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
+#     LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH  <- https://docs.alcf.anl.gov/polaris/applications-and-libraries/libraries/nccl/ (checked 2026-08-19)
 
 echo "wml: job ${PBS_JOBID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 python /work/proj/train.py
+#   mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env OMP_NUM_THREADS=8 --env NCCL_NET_GDR_LEVEL=PHB --env NCCL_CROSS_NIC=1 --env NCCL_COLLNET_ENABLE=1 --env 'NCCL_NET=AWS Libfabric' --env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd --env FI_CXI_DEFAULT_CQ_SIZE=131072 --env 'LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH' {python} -m wmlce_tools.ddlrun.rankexec --size 8 --ranks-per-node 4 --binding per-rank --gpus '3;2;1;0' --gpu-env CUDA_VISIBLE_DEVICES --mode p:4x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site polaris -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:4x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site polaris -n 8 --ranks-per-node 4 --gpus-per-rank 1 --cores-per-rank 8 --threads-per-core 1 --mode p:4x2x1x1 -- python /work/proj/train.py

@@ -32,12 +32,15 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-export OMP_NUM_THREADS=28
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=28  <- the layout (28 hw thread(s) per rank)
 
 echo "wml: job ${LSB_JOBID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed python /work/proj/train.py
+#   jsrun -n 12 -a 1 -c 7 -g 1 -r 6 -b packed:7 -d packed {python} -m wmlce_tools.ddlrun.rankexec --size 12 --ranks-per-node 6 --binding per-rank --gpus '0;1;2;3;4;5' --gpu-env CUDA_VISIBLE_DEVICES --mode p:6x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site summit -n 12 --ranks-per-node 6 --gpus-per-rank 1 --cores-per-rank 7 --threads-per-core 4 --mode p:6x2x1x1 -- python /work/proj/train.py

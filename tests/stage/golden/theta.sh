@@ -31,12 +31,15 @@ for __wml_script in "$CONDA_PREFIX"/etc/conda/activate.d/*.sh; do
 done
 unset __wml_script
 set -u
-export OMP_NUM_THREADS=64
 # the runtime writes each rank's record (steps, waits; `wml report`) under $WML_JOB_DIR/stats
 export WML_JOB_DIR=/jobs/j1
+# ddlrun gives every rank these variables, each from the page or setting named (a value already
+# set when ddlrun runs, or given with --export, wins; a path list never gets an empty entry):
+#   every rank gets
+#     OMP_NUM_THREADS=64  <- the layout (64 hw thread(s) per rank)
 
 echo "wml: job ${COBALT_JOBID:-?} (wml-job) starting on $(hostname) at $(date -u +%FT%TZ)"
 # ddlrun recomputes this layout inside the allocation and runs:
-#   aprun -n 2 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 python /work/proj/train.py
+#   aprun -n 2 -N 1 -d 64 -j 1 -cc depth -e OMP_NUM_THREADS=64 {python} -m wmlce_tools.ddlrun.rankexec --size 2 --ranks-per-node 1 --binding none --gpus '' --gpu-env CUDA_VISIBLE_DEVICES --mode p:1x2x1x1 --master '<node 0>:<port from the job id>' --output prefixed -- python /work/proj/train.py
 cd /work/proj
-{ddlrun} --site theta -n 2 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x2x1x1 -x OMP_NUM_THREADS -- python /work/proj/train.py
+{ddlrun} --site theta -n 2 --ranks-per-node 1 --gpus-per-rank 0 --cores-per-rank 64 --threads-per-core 1 --mode p:1x2x1x1 -- python /work/proj/train.py
