@@ -275,7 +275,7 @@ class RunStats:
         return self._compute[i]
 
     def comm_at(self, i: int) -> float:
-        return self._comm[i]
+        return self._comm_ring[i]
 
     # -- the record ---------------------------------------------------------------------------
     def _ring(self, values: array) -> str:

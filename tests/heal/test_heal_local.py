@@ -101,6 +101,15 @@ def test_a_lost_node_is_left_out_the_spare_takes_its_place_and_the_weights_are_t
     assert report.returncode == 0, report.stderr
     assert "attempts: 2 attempts: 1 failed" in report.stdout, report.stdout
     assert "attempt 1 (node0,node1): rank 3 on node1 killed by SIGKILL at step 10" in report.stdout, report.stdout
+    # the page's timeline shows the attempts: the failed one, the time from the fault to the restart's first step
+    page = tmp_path / "report.html"
+    html = run_wml("report", job["job_id"], "--html", str(page))
+    assert html.returncode == 0, html.stderr
+    text = page.read_text()
+    assert "attempt that failed" in text and "from the fault to the first step after the restart" in text
+    from helpers.page import CHROMIUM, drawn
+    if CHROMIUM:
+        assert drawn(page).get("timeline", 0) >= 4, drawn(page)   # ran, 2 attempts, the restart
 
 
 def test_a_rank_that_stops_stepping_outside_any_collective_is_named_with_its_stack_and_restarted(tmp_path):

@@ -27,7 +27,9 @@ from .run import COMPLETED, Part, Report, best_trials, stamp
 
 COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026", "other": "#aaaaaa"}
 # the timeline's kinds of span (run.py: Span.kind), in legend order: (legend, colour)
-SPAN_KINDS = {"queued": ("queued", "#c7c7c7"), "ran": ("ran", COLORS["compute"])}
+SPAN_KINDS = {"queued": ("queued", "#c7c7c7"), "ran": ("ran", COLORS["compute"]),
+              "attempt": ("attempt (ddlrun --restarts)", "#72b7b2"), "failed attempt": ("attempt that failed", COLORS["straggler"]),
+              "restart": ("from the fault to the first step after the restart", COLORS["comm"])}
 
 
 PLOTLY_MISSING = "the HTML report needs plotly: pip install 'wml[report]' (or plotly)"
@@ -257,7 +259,7 @@ def render_page(rep: Report) -> str:
     pio, get_plotlyjs = _plotly()
     sections: List[str] = []
     main: Optional[Part] = rep.main
-    if rep.kind in ("chain", "sweep"):
+    if rep.kind in ("chain", "sweep") or any(p.attempt_spans() for p in rep.parts):    # a job healed in place too
         fig = _timeline_figure(rep)
         if fig is not None:
             sections.append("<h2>Timeline</h2>" + _figure_html(pio, fig, "timeline"))

@@ -76,6 +76,28 @@ class Part:
         if self.started and self.ended:
             out.append(Span(self.label, "ran", self.started, self.ended,
                             "; ".join(x for x in (self.state, self.steps_text) if x)))
+        return out + self.attempt_spans()
+
+    def attempt_spans(self) -> List[Span]:
+        """ddlrun --restarts (runstats/attempts.py): each attempt on a row of its own below the
+        part's, a failed one marked, and from each fault to the first step after its restart."""
+        from ..runstats.attempts import load
+
+        rec = load(self.directory.parent if self.directory.name == "stats" else self.directory)
+        if rec is None or not rec.attempts or (len(rec.attempts) == 1 and rec.attempts[0].outcome != "failed"):
+            return []
+        row, out = f"{self.label} attempts", []
+        for i, a in enumerate(rec.attempts):
+            end = a.ended or a.fault_at
+            if a.started and end:
+                what = "; ".join(f.describe() for f in a.faults) or a.outcome
+                out.append(Span(row, "failed attempt" if a.outcome == "failed" else "attempt", a.started, end,
+                                f"attempt {a.index} on {', '.join(a.nodes)}: {what}"))
+            nxt = rec.attempts[i + 1] if i + 1 < len(rec.attempts) else None
+            lost, redone = rec.time_lost_s(i), rec.steps_redone(i)
+            if nxt is not None and lost is not None:
+                out.append(Span(row, "restart", a.fault_at, nxt.first_step_at,
+                                f"{lost:.1f} s lost" + (f", {redone} step(s) redone" if redone is not None else "")))
         return out
 
 
