@@ -16,8 +16,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-
 from ..core import log as _log
 from ..errors import DDLInputError, DDLMismatchError
 from .protocol import STOP_SIGNAL_ENV
@@ -119,6 +117,8 @@ def agree(step: Optional[int] = None) -> bool:
     `step` (optional): this rank's step; when the decision takes a collective of its own, ranks at
     different steps raise DDLMismatchError on every rank.
     """
+    import numpy as np          # here, not at import: the job side imports this package for its names
+
     from ..state import runtime as _rt
     from ..collectives.ops import allreduce
 

@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from ddl_runtime.checkpoint.protocol import FINISHED_FILE, LATEST_FILE
 from ..atomic import write_json_atomic  # noqa: F401 (segment_end uses record.write_json_atomic)
 
 CHAIN_FILE = "chain.json"
@@ -60,6 +59,8 @@ def run_dir_of(job_dir: str) -> Optional[Path]:
 
 def latest_step(checkpoint_dir: Path) -> Optional[int]:
     """The step ``latest.json`` names (None: no checkpoint yet, or unreadable)."""
+    from ddl_runtime.checkpoint.protocol import LATEST_FILE
+
     try:
         step = json.loads((checkpoint_dir / LATEST_FILE).read_text()).get("step")
     except (OSError, ValueError, AttributeError):
@@ -68,6 +69,8 @@ def latest_step(checkpoint_dir: Path) -> Optional[int]:
 
 
 def finished(checkpoint_dir: Path) -> bool:
+    from ddl_runtime.checkpoint.protocol import FINISHED_FILE
+
     return (checkpoint_dir / FINISHED_FILE).exists()
 
 
