@@ -13,6 +13,7 @@ from ..atomic import write_json_atomic  # noqa: F401 (segment_end uses record.wr
 
 CHAIN_FILE = "chain.json"
 END_FILE = "end.json"
+START_FILE = "start.json"     # segment-<k>/start.json: the checkpoint step it started from, and when
 
 
 @dataclass
@@ -30,6 +31,7 @@ class ChainRecord:
     length: int
     checkpoint_dir: str
     segments: List[SegmentEntry] = field(default_factory=list)
+    margin_s: Optional[int] = None    # the stop signal comes this long before the walltime
 
     def job_ids_after(self, index: int) -> List[str]:
         return [s.job_id for s in self.segments if s.index > index and s.job_id]
@@ -63,6 +65,25 @@ def latest_step(checkpoint_dir: Path) -> Optional[int]:
 
     try:
         step = json.loads((checkpoint_dir / LATEST_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def write_start(run_dir: Path, index: int, checkpoint_dir: Path) -> None:
+    """segment-<index>/start.json: the step the segment starts from (a later segment tells from it
+    whether this one made progress)."""
+    import time
+
+    seg = run_dir / f"segment-{index}"
+    seg.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(seg / START_FILE, {"step": latest_step(checkpoint_dir), "time": time.time()})
+
+
+def start_step(run_dir: Path, index: int) -> Optional[int]:
+    """The checkpoint step segment ``index`` started from (None: none, or not recorded)."""
+    try:
+        step = json.loads((run_dir / f"segment-{index}" / START_FILE).read_text()).get("step")
     except (OSError, ValueError, AttributeError):
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
