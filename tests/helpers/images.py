@@ -118,11 +118,14 @@ def device_files(root: Path) -> list[Path]:
     return out
 
 
-def _without_devices(img: Path) -> None:
+def _without_devices(img: Path, say: Optional[Callable[[str], None]] = None) -> None:
     """Remove the device nodes an image directory holds (under its /dev, as mmdebstrap made them)."""
-    for p in device_files(img / "dev"):
+    nodes = device_files(img / "dev")
+    for p in nodes:
         p.unlink()
     (img / "dev").mkdir(exist_ok=True)
+    if nodes and say:
+        say(f"removed {len(nodes)} device node(s) from {img.name}/dev (cached by an older version)")
 
 
 def debian(name: str, say: Optional[Callable[[str], None]] = None) -> Path:
@@ -133,7 +136,7 @@ def debian(name: str, say: Optional[Callable[[str], None]] = None) -> Path:
         return img
     with _locked(say):
         if (img / "wml-marker").exists():          # built meanwhile, or cached with its /dev nodes
-            _without_devices(img)
+            _without_devices(img, say)
             return img
         _need("mmdebstrap", "mmdebstrap")
         if say:
@@ -171,7 +174,7 @@ def torch_image(say: Optional[Callable[[str], None]] = None) -> Path:
     base = debian("bookworm-python3-mpi4py", say)
     with _locked(say):
         if (img / "wml-marker").exists():
-            _without_devices(img)
+            _without_devices(img, say)
             return img
         if say:
             say(f"building {img.name} (pip install {TORCH} into the mpi4py image; a few minutes) ...")
