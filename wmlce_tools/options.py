@@ -75,7 +75,7 @@ class JobOptions:
     directive: Annotated[Optional[List[str]], typer.Option("--directive", help="A directive line of the site's scheduler copied into the script's header, e.g. '#SBATCH --licenses=scratch' (#SBATCH, #PBS, #BSUB, #COBALT; repeatable); one that sets what a wml option sets is refused.")] = None
 
     def __post_init__(self) -> None:
-        for name in _LISTS:       # repeatable options: a tuple (a list from the command line)
+        for name in _lists():     # repeatable options: a tuple (a list from the command line)
             value = getattr(self, name)
             if isinstance(value, str):
                 value = [value]
@@ -102,12 +102,21 @@ class JobOptions:
         return dataclasses.replace(self, **changes)
 
 
-def _hints():
+@functools.lru_cache(maxsize=None)
+def _hints() -> dict:
+    """JobOptions' annotations, evaluated once (each evaluation reads every field's typer.Option;
+    importing this module evaluates none of them)."""
     return typing.get_type_hints(JobOptions, include_extras=True)
 
 
-_LISTS = tuple(f.name for f in dataclasses.fields(JobOptions)
-               if "List" in str(typing.get_type_hints(JobOptions)[f.name]))
+@functools.lru_cache(maxsize=None)
+def _lists() -> tuple:
+    """The repeatable options: the fields whose type is a List."""
+    return tuple(name for name, hint in _hints().items() if _is_list(hint))
+
+
+def _is_list(hint: Any) -> bool:
+    return typing.get_origin(hint) is list or any(_is_list(a) for a in typing.get_args(hint))
 
 
 def flag_options() -> frozenset:
@@ -129,9 +138,6 @@ def _projects_option() -> Any:
     return Annotated[Optional[List[str]], typer.Option(*decls, help=base.help)]
 
 
-_PROJECTS = _projects_option()
-
-
 def _one_project(given: Optional[Sequence[str]]) -> Optional[str]:
     if not given:
         return None
@@ -146,6 +152,7 @@ def job_options(func: Callable) -> Callable:
     ``func`` is called with them gathered into one ``JobOptions``."""
     sig = inspect.signature(func)
     hints = _hints()
+    projects = _projects_option()
     fields = dataclasses.fields(JobOptions)
     params: List[inspect.Parameter] = []
     for p in sig.parameters.values():
@@ -153,7 +160,7 @@ def job_options(func: Callable) -> Callable:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
             continue
         params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                     annotation=_PROJECTS if f.name == "project" else hints[f.name]) for f in fields]
+                                     annotation=projects if f.name == "project" else hints[f.name]) for f in fields]
     names = {f.name for f in fields}
 
     @functools.wraps(func)

@@ -10,13 +10,31 @@
             checkpoint.exit_resume()              # exit status 75: resume in the next job
 
 Nothing here imports torch, TensorFlow or wmlce_tools; torch's glue is ddl_runtime.checkpoint.torch.
+Saving and loading (numpy) load on first use: the job side (``wml``, ddlrun, the chain's step)
+imports this package for protocol.py's names alone.
 """
 from .protocol import EXIT_RESUME
-from .saving import Restored, configure, directory, exit_resume, load, save
 from .stop import agree, install as _install, request, requested
-from .store import CheckpointError
+
+#: the names saving.py and store.py give, loaded when first asked for
+_LAZY = {"Restored": "saving", "configure": "saving", "directory": "saving", "exit_resume": "saving",
+         "load": "saving", "save": "saving", "CheckpointError": "store"}
 
 __all__ = ["EXIT_RESUME", "CheckpointError", "Restored", "agree", "configure", "directory", "exit_resume", "load",
            "request", "requested", "save"]
 
 _install()  # the stop signal's handler, when $WML_STOP_SIGNAL names one
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from . import saving, store
+
+        value = getattr(saving if _LAZY[name] == "saving" else store, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -19,6 +19,11 @@ may import this module; ddl_runtime never imports wmlce_tools.
   ``wml jobs`` / ``wml status`` read the step from it.
 - The segment that finishes the run writes ``FINISHED_FILE`` there; a segment that starts and
   finds it exits at once.
+- While rank 0 writes a checkpoint, ``SAVING_FILE`` there names it (JSON: step, segment, started,
+  and stop_asked: when rank 0 got the stop signal, if it did); it goes once ``LATEST_FILE`` names
+  the new checkpoint, or the save failed.  One left when a segment's job has ended is a save that
+  the walltime cut short: the job side says so, with the figures.  ``LATEST_FILE`` also carries
+  ``save_s``, the seconds the save took.
 """
 from __future__ import annotations
 
@@ -32,3 +37,4 @@ EXIT_RESUME = 75
 
 LATEST_FILE = "latest.json"
 FINISHED_FILE = "FINISHED"
+SAVING_FILE = "saving.json"

@@ -116,7 +116,7 @@ def _save(rt, d: Path, state: Dict[str, Any], step: int, framework: str) -> Path
         else:
             payload = {"state": state, "rng": [g[2] for g in gathered], "world_size": rt.size}
             try:
-                result = store.write(d, payload, step, _segment(), framework, rt.size)
+                result = store.write(d, payload, step, _segment(), framework, rt.size, stop.asked_at())
             except Exception as exc:  # noqa: BLE001 - reported on every rank
                 result = store.CheckpointError(f"save(step={step}): could not write the checkpoint in {d}: "
                                                f"{type(exc).__name__}: {exc}")

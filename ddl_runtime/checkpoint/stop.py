@@ -13,10 +13,9 @@ import atexit
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Optional
-
-import numpy as np
 
 from ..core import log as _log
 from ..errors import DDLInputError, DDLMismatchError
@@ -28,6 +27,7 @@ GO = 1.0  # a rank's slot in a folded reduction: 1.0 = go on, 0.0 = this rank as
 @dataclass
 class _Stop:
     requested: bool = False
+    asked_at: Optional[float] = None  # when the stop was asked (time.time()), the first time
     signal_name: Optional[str] = None  # the signal a handler is installed for
     configured: Optional[str] = None  # configure(stop_signal=...)
     folded: Optional[bool] = None  # the decision a step's reduction carried, not yet taken by agree()
@@ -51,6 +51,8 @@ def signal_number(name: str) -> int:
 
 def _handler(signum, _frame) -> None:
     _state.requested = True  # only a flag: printing here could re-enter a half-written stream
+    if _state.asked_at is None:
+        _state.asked_at = time.time()
     # Taken: ignore the signal from now on.  The launcher repeats it until the rank ends (one that
     # came before this handler existed must not be lost), and Python puts back the default action,
     # which kills, for signals with a Python handler when the interpreter exits (after a checkpoint).
@@ -101,6 +103,13 @@ def requested() -> bool:
 def request() -> None:
     """Ask for a stop on this rank as the signal would (for programs with their own timer)."""
     _state.requested = True
+    if _state.asked_at is None:
+        _state.asked_at = time.time()
+
+
+def asked_at() -> Optional[float]:
+    """When this rank was first asked to stop (time.time()), or None."""
+    return _state.asked_at
 
 
 def slot_value() -> float:
@@ -119,6 +128,8 @@ def agree(step: Optional[int] = None) -> bool:
     `step` (optional): this rank's step; when the decision takes a collective of its own, ranks at
     different steps raise DDLMismatchError on every rank.
     """
+    import numpy as np          # here, not at import: the job side imports this package for its names
+
     from ..state import runtime as _rt
     from ..collectives.ops import allreduce
 

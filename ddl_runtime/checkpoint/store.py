@@ -4,7 +4,10 @@ Layout of a checkpoint directory (only rank 0 writes it):
 
     step-00000120-<token>.ckpt   the pickled payload (token: unique per write)
     step-00000120.json           its manifest: step, segment, framework, time, world size, bytes, sha256
-    latest.json                  protocol.LATEST_FILE: step, segment, path, time, framework, manifest
+    latest.json                  protocol.LATEST_FILE: step, segment, path, time, framework, manifest,
+                                 save_s (how long the save took)
+    saving.json                  protocol.SAVING_FILE, only while a checkpoint is written: step, segment,
+                                 started, stop_asked (left behind: a save the walltime cut short)
 
 A write goes payload, manifest, latest.json; each is a temp file (``.tmp-*``) written, fsynced and
 renamed over its name, and the directory fsynced.  A job killed at any point leaves the previous
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, List, Optional
 
 from ..errors import DDLError
-from .protocol import LATEST_FILE
+from .protocol import LATEST_FILE, SAVING_FILE
 
 FORMAT = "wml-checkpoint/1"
 KEEP = 2
@@ -110,9 +113,28 @@ def check_writable(directory: Path) -> None:
 
 
 def write(directory: Path, payload: Any, step: int, segment: Optional[int], framework: str,
-          world_size: int) -> Path:
-    """Write a checkpoint (payload pickled) and make latest.json name it; returns the payload path."""
+          world_size: int, stop_asked: Optional[float] = None) -> Path:
+    """Write a checkpoint (payload pickled) and make latest.json name it; returns the payload path.
+    saving.json names the checkpoint while it is written (protocol.SAVING_FILE): a job that ends
+    meanwhile leaves it for the job side to tell."""
     directory.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    _write_json(directory, SAVING_FILE, {"step": step, "segment": segment, "started": started,
+                                         "stop_asked": stop_asked})
+    try:
+        path = _write(directory, payload, step, segment, framework, world_size, started)
+    except Exception:      # failed with an error the ranks report: not cut short (an interrupt is)
+        with contextlib.suppress(OSError):
+            (directory / SAVING_FILE).unlink()
+        raise
+    with contextlib.suppress(OSError):
+        (directory / SAVING_FILE).unlink()
+    prune(directory)
+    return path
+
+
+def _write(directory: Path, payload: Any, step: int, segment: Optional[int], framework: str,
+           world_size: int, started: float) -> Path:
     payload_name = f"step-{step:08d}-{secrets.token_hex(4)}.ckpt"
 
     def fill(fh: BinaryIO) -> _HashingWriter:
@@ -127,9 +149,9 @@ def write(directory: Path, payload: Any, step: int, segment: Optional[int], fram
     _fsync_dir(directory)
     path = directory / payload_name
     _write_json(directory, LATEST_FILE, {"step": step, "segment": segment, "path": str(path), "time": now,
-                                         "framework": framework, "manifest": manifest.name})
+                                         "framework": framework, "manifest": manifest.name,
+                                         "save_s": round(time.time() - started, 3)})
     _fsync_dir(directory)
-    prune(directory)
     return path
 
 

@@ -1,17 +1,15 @@
 """A job's ranks inside a real container: Charliecloud's ch-run (unprivileged, user namespaces)
 running an image made from Debian's packages alone (mmdebstrap of bookworm with python3; no
 image registry).  The image is built once per machine and kept under the temporary directory
-(``wml-test-images``); it has no torch, no numpy, no wml: wml's rank shim and ddl_runtime are
+(``wml-test-images``, tests/helpers/images.py; scripts/test builds it before pytest), without
+device nodes; it has no torch, no numpy, no wml: wml's rank shim and ddl_runtime are
 bound in read-only.  Each rank reads a file only the image has."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,8 @@ from helpers.missing import skip_unless_ci
 
 from wmlce_tools.container.charliecloud import wml_dir
 
-CACHE = Path(tempfile.gettempdir()) / "wml-test-images"
-MARKER = "only-in-the-wml-test-image"
+from helpers import images
+from helpers.images import CACHE, MARKER  # noqa: F401  (test_image_stage, test_env_image)
 
 PROBE = """\
 import json, os, sys
@@ -63,62 +61,34 @@ print("PROBE " + json.dumps({"rank": str(ddl.rank()), "size": ddl.size(), "torch
 """
 
 
-def _build(name: str, packages: str):
-    """An image directory from Debian's packages (mmdebstrap), built once per machine."""
-    for tool, pkg in (("ch-run", "charliecloud-runtime"), ("mmdebstrap", "mmdebstrap")):
-        if shutil.which(tool) is None:
-            skip_unless_ci(f"{tool} is not installed (apt-get install {pkg}; scripts/test installs it)")
-    CACHE.mkdir(exist_ok=True)
-    img = CACHE / name
-    with open(CACHE / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)          # one build, whichever worker comes first
-        if not (img / "wml-marker").exists():
-            tar = CACHE / f"{name}.tar"
-            out = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tar)],
-                                 capture_output=True, text=True, timeout=900)
-            if out.returncode != 0:
-                skip_unless_ci("mmdebstrap could not build the image (is the Debian archive reachable?): "
-                            + (out.stderr.strip().splitlines() or ["?"])[-1])
-            shutil.rmtree(img, ignore_errors=True)
-            img.mkdir()
-            subprocess.run(["tar", "-xf", str(tar), "-C", str(img)], check=True, timeout=300)
-            tar.unlink()
-            for pkg in ("wmlce_tools", "ddl_runtime"):      # ch-run binds only onto directories the image has
-                (img / "opt/wml" / pkg).mkdir(parents=True, exist_ok=True)
-            (img / "wml-marker").write_text(MARKER + "\n")
-    return img
+def _build(name: str, packages: str = ""):
+    """An image directory from Debian's packages (tests/helpers/images.py), built once per machine
+    (scripts/test builds them before pytest)."""
+    try:
+        return images.debian(name)
+    except images.ImageUnavailable as e:
+        skip_unless_ci(str(e))
 
 
 @pytest.fixture(scope="session")
 def debian_image():
-    return _build("bookworm-python3", "python3")
+    return _build("bookworm-python3")
 
 
 @pytest.fixture(scope="session")
 def mpi_image():
     """python3 with Debian's numpy and mpi4py (Open MPI 4.1.4, as Debian's openmpi-bin on the host)."""
-    return _build("bookworm-python3-mpi4py", "python3,python3-numpy,python3-mpi4py")
+    return _build("bookworm-python3-mpi4py")
 
 
 @pytest.fixture(scope="session")
 def torch_image(mpi_image):
     """The mpi4py image plus torch, installed into it by pip as scripts/test installs it on the host
     (torch==2.13.0; the image's python is 3.11 like the host's, so the same wheel fits)."""
-    img = CACHE / "bookworm-python3-mpi4py-torch"
-    with open(CACHE / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (img / "wml-marker").exists():
-            shutil.rmtree(img, ignore_errors=True)
-            subprocess.run(["cp", "-a", str(mpi_image), str(img)], check=True, timeout=300)
-            (img / "wml-marker").unlink()
-            out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target",
-                                  str(img / "usr/local/lib/python3.11/dist-packages"), "torch==2.13.0"],
-                                 capture_output=True, text=True, timeout=900)
-            if out.returncode != 0:
-                skip_unless_ci("pip could not install torch==2.13.0 into the image: "
-                            + (out.stderr.strip().splitlines() or ["?"])[-1])
-            (img / "wml-marker").write_text(MARKER + "\n")
-    return img
+    try:
+        return images.torch_image()
+    except images.ImageUnavailable as e:
+        skip_unless_ci(str(e))
 
 
 @pytest.fixture

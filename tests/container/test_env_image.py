@@ -4,18 +4,16 @@ from a curated spec or a lock, holding the same packages; ``--build`` with a bui
 image whose base is the cached Debian image (python3-venv), then run with ch-run."""
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 
 import pytest
 from helpers.missing import skip_unless_ci
 import yaml
 
-from .test_charliecloud_job import CACHE, _build
+from helpers import images
 
 TINY = """\
 name: tiny
@@ -94,30 +92,11 @@ def test_pypi_spec_and_bad_input(tmp_path):
 @pytest.fixture(scope="session")
 def ch_storage():
     """ch-image's storage with a base image: the cached Debian image with python3-venv, imported
-    once per machine from a tar without its device nodes (ch-image reads a directory's device
-    files as data), with this machine's CA in pip's configuration (its HTTPS proxy)."""
-    if shutil.which("ch-image") is None:
-        skip_unless_ci("ch-image is not installed (apt-get install charliecloud-builders; scripts/test installs it)")
-    img = _build("bookworm-python3-venv", "python3,python3-venv")
-    storage = CACHE / "ch-storage"
-    with open(CACHE / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (storage / "img/wml-base-venv").is_dir():
-            tar = CACHE / "wml-base-venv.tar"
-            with tarfile.open(tar, "w") as t:
-                t.add(img, arcname=".", filter=lambda m: None if m.isdev() or m.isfifo() else m)
-                ca = "/etc/ssl/certs/ca-certificates.crt"
-                if os.path.exists(ca):
-                    t.add(ca, arcname="./etc/wml-host-ca.crt")
-                    conf = CACHE / "pip.conf"
-                    conf.write_text("[global]\ncert = /etc/wml-host-ca.crt\n")
-                    t.add(conf, arcname="./etc/pip.conf")
-            got = subprocess.run(["/usr/bin/python3", shutil.which("ch-image"), "-s", str(storage), "import", str(tar),
-                                  "wml-base-venv"], capture_output=True, text=True, timeout=600,
-                                 env={**os.environ, "USER": os.environ.get("USER") or "root"})
-            tar.unlink()
-            assert got.returncode == 0, got.stdout + got.stderr
-    return storage
+    once per machine from a tar without its device nodes (tests/helpers/images.py)."""
+    try:
+        return images.ch_storage()
+    except images.ImageUnavailable as e:
+        skip_unless_ci(str(e))
 
 
 def test_build_with_ch_image_and_run_it(ch_storage, tmp_path):

@@ -4,10 +4,8 @@ cached Debian image; ch-run mounts it with squashfuse).  The node-local place is
 directory, which is bound into the container, so each rank sees the copy it runs from."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -15,6 +13,7 @@ import pytest
 from helpers.missing import skip_unless_ci
 
 from wmlce_tools.container.charliecloud import wml_dir
+from helpers import images
 
 from .test_charliecloud_job import CACHE, MARKER, debian_image  # noqa: F401  (the fixture)
 
@@ -29,17 +28,10 @@ print("PROBE " + json.dumps({"rank": os.environ["RANK"], "marker": open("/wml-ma
 @pytest.fixture(scope="session")
 def squash_image(debian_image):
     """The Debian image as one SquashFS file, made once per machine beside the cached images."""
-    if shutil.which("mksquashfs") is None:
-        skip_unless_ci("mksquashfs is not installed (apt-get install squashfs-tools; scripts/test installs it)")
-    sqfs = CACHE / "bookworm-python3.sqfs"
-    with open(CACHE / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not sqfs.exists():
-            tmp = CACHE / "bookworm-python3.sqfs.tmp"
-            subprocess.run(["mksquashfs", str(debian_image), str(tmp), "-noappend", "-quiet", "-comp", "lz4"],
-                           check=True, capture_output=True, timeout=600)
-            os.replace(tmp, sqfs)
-    return sqfs
+    try:
+        return images.squash_image()
+    except images.ImageUnavailable as e:
+        skip_unless_ci(str(e))
 
 
 @pytest.fixture

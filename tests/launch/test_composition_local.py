@@ -177,13 +177,9 @@ def test_the_pages_value_where_the_user_set_none(path, matrix):
 
 @pytest.fixture(scope="module")
 def image():
-    import importlib.util
+    from helpers import images
 
-    spec = importlib.util.spec_from_file_location(
-        "charliecloud_images", Path(__file__).parents[1] / "container" / "test_charliecloud_job.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod._build("bookworm-python3", "python3")
+    return images.debian("bookworm-python3")      # Debian's python3 alone; scripts/test builds it before pytest
 
 
 @pytest.mark.parametrize("path", PATHS)

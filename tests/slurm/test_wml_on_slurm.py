@@ -197,6 +197,10 @@ def test_wait_shows_a_live_line_on_a_terminal_and_ctrl_c_leaves_the_job_running(
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - child
         os.chdir(tmp_path)
+        # a terminal's Ctrl-C, whatever this test inherited: a suite started in the background
+        # (as some CI runners do) has SIGINT ignored, which exec keeps and python then honours
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         os.execvpe(argv[0], argv, env)
     buf = b""
     deadline = time.monotonic() + 60

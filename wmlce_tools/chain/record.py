@@ -9,11 +9,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from ddl_runtime.checkpoint.protocol import FINISHED_FILE, LATEST_FILE
 from ..atomic import write_json_atomic  # noqa: F401 (segment_end uses record.write_json_atomic)
 
 CHAIN_FILE = "chain.json"
 END_FILE = "end.json"
+START_FILE = "start.json"     # segment-<k>/start.json: the checkpoint step it started from, and when
 
 
 @dataclass
@@ -32,6 +32,7 @@ class ChainRecord:
     checkpoint_dir: str
     segments: List[SegmentEntry] = field(default_factory=list)
     excluded: List[str] = field(default_factory=list)   # nodes that failed with no spare: later segments avoid them
+    margin_s: Optional[int] = None    # the stop signal comes this long before the walltime
 
     def job_ids_after(self, index: int) -> List[str]:
         return [s.job_id for s in self.segments if s.index > index and s.job_id]
@@ -61,6 +62,8 @@ def run_dir_of(job_dir: str) -> Optional[Path]:
 
 def latest_step(checkpoint_dir: Path) -> Optional[int]:
     """The step ``latest.json`` names (None: no checkpoint yet, or unreadable)."""
+    from ddl_runtime.checkpoint.protocol import LATEST_FILE
+
     try:
         step = json.loads((checkpoint_dir / LATEST_FILE).read_text()).get("step")
     except (OSError, ValueError, AttributeError):
@@ -68,7 +71,28 @@ def latest_step(checkpoint_dir: Path) -> Optional[int]:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
+def write_start(run_dir: Path, index: int, checkpoint_dir: Path) -> None:
+    """segment-<index>/start.json: the step the segment starts from (a later segment tells from it
+    whether this one made progress)."""
+    import time
+
+    seg = run_dir / f"segment-{index}"
+    seg.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(seg / START_FILE, {"step": latest_step(checkpoint_dir), "time": time.time()})
+
+
+def start_step(run_dir: Path, index: int) -> Optional[int]:
+    """The checkpoint step segment ``index`` started from (None: none, or not recorded)."""
+    try:
+        step = json.loads((run_dir / f"segment-{index}" / START_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def finished(checkpoint_dir: Path) -> bool:
+    from ddl_runtime.checkpoint.protocol import FINISHED_FILE
+
     return (checkpoint_dir / FINISHED_FILE).exists()
 
 

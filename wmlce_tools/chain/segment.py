@@ -132,6 +132,18 @@ def _run(stop: _Stop, run_dir, index, timer, afterok, then, ddlrun, finished_nam
         print(f"wml: run {os.environ.get('WML_RUN_ID', '?')} has already finished ({os.path.join(ckpt, finished_name)}); "
               f"segment {index} of {os.environ.get('WML_CHAIN_LENGTH', '?')} has nothing to do", flush=True)
         return 0
+    if ckpt:            # the previous segment's save cut short by its walltime; where this one starts from
+        from .overrun import after_previous
+        from .record import write_start
+
+        stopped = after_previous(Path(run_dir), index, Path(ckpt), signal.Signals(stop.signum).name[3:],
+                                 lambda text: print(f"wml: {text}", flush=True))
+        if stopped is not None:
+            return stopped
+        try:
+            write_start(Path(run_dir), index, Path(ckpt))
+        except OSError as e:
+            print(f"wml: could not record where segment {index} starts: {e}", flush=True)
     if timer is not None:   # the script's own warning: the stop signal to this process, as the scheduler would
         signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), stop.signum))
         signal.setitimer(signal.ITIMER_REAL, max(timer, 0.001))

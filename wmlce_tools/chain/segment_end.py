@@ -35,7 +35,7 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _cancel_rest(rec: record.ChainRecord, index: int) -> List[str]:
+def cancel_rest(rec: record.ChainRecord, index: int) -> List[str]:
     from ..schedulers import get_scheduler
 
     ids = rec.job_ids_after(index)
@@ -108,7 +108,7 @@ def _end_segment(run_dir: Path, index: int, status: int) -> int:
         finished = ckpt / FINISHED_FILE
         if not finished.exists():
             record.write_json_atomic(finished, {"segment": index, "step": step, "time": time.time()})
-        cancelled = _cancel_rest(rec, index)
+        cancelled = cancel_rest(rec, index)
         _say(f"run {rec.run_id} finished in {where}" + (f" (last checkpoint: step {step})" if step is not None else "") +
              (f"; cancelled the segments still queued: {' '.join(cancelled)}" if cancelled else ""))
     elif status == EXIT_RESUME and index < rec.length:

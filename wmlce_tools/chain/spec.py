@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ddl_runtime.checkpoint.protocol import FINISHED_FILE
-
 from ..errors import WmlError
 from ..walltime import parse_duration_s
 
@@ -32,6 +30,8 @@ class Chain:
 
     @property
     def finished_file(self) -> Path:
+        from ddl_runtime.checkpoint.protocol import FINISHED_FILE   # here: the runtime's package is for jobs
+
         return self.checkpoint_dir / FINISHED_FILE
 
     def segment_dir(self, index: int) -> Path:

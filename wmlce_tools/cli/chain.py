@@ -33,7 +33,9 @@ def submit_chain_cmd(plan: JobPlan, chain: Chain, out: Callable[[str], None], as
             typer.echo(f"wml: run {chain.run_id} finished in segment {len(results)} of {chain.length}; "
                        f"output in {chain.run_dir}/segment-*/", err=True)
             return 0
-        typer.echo(f"wml: run {chain.run_id} did not finish in {chain.length} segment(s) (the last ended with "
+        ran = f"{len(results)} of its {chain.length} segments" if len(results) < chain.length else \
+            f"{chain.length} segment(s)"
+        typer.echo(f"wml: run {chain.run_id} did not finish in {ran} (the last ended with "
                    f"exit status {last}){at}; continue it with --chain N --checkpoint-dir {chain.checkpoint_dir}",
                    err=True)
         return last or 1

@@ -71,15 +71,10 @@ def _linked(choice) -> str:
 
 
 def _is_lockfile(path: Path) -> bool:
-    if not path.is_file():
-        return False
-    import yaml
+    """A conda-lock lockfile, by its content."""
+    from wmlce_tools.env.lockfiles import lock_kind
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
-        return False
-    return isinstance(data, dict) and "package" in data and "metadata" in data
+    return lock_kind(path) == "conda"
 
 
 def _dst_prefix(dst: str) -> Path:
@@ -135,12 +130,12 @@ def lock_cmd(
 @env_app.command("create")
 @_one_line_errors
 def create_cmd(
-    source: str = typer.Argument(..., help="Lockfile (conda-lock.yml or pylock.toml), bundled spec name, spec file, environment.yml or requirements.txt."),
+    source: str = typer.Argument(..., help="Lockfile (conda-lock or PEP 751, told by its content), bundled spec name, spec file, environment.yml or requirements.txt."),
     prefix: Optional[Path] = typer.Option(None, "--prefix", help="Create the env at this path."),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Create the env under this name (in wml's envs dir)."),
     platform: Optional[str] = typer.Option(None, "--platform", "-p", help="Platform to install (default: this machine's)."),
     channel: List[str] = typer.Option([], "--channel", "-c", help="Channels replacing the spec's (specs only)."),
-    site: Optional[str] = typer.Option(None, "--site", help="Put this site's MPI into the env, as its profile says (mpi_in_env)."),
+    site: Optional[str] = typer.Option(None, "--site", help="Put this site's MPI into the env, as its profile says (mpi_in_env); a GPU stack the site's GPUs do not run (CUDA on AMD's, ROCm on NVIDIA's) is refused."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be done (channels, packages, the site's MPI route); change nothing."),
     python: Optional[str] = typer.Option(None, "--python", help="PyPI envs: the base python (a site module's), default the spec's version."),
     system_site_packages: Optional[bool] = typer.Option(None, "--system-site-packages/--no-system-site-packages",
@@ -165,6 +160,11 @@ def create_cmd(
     src_path = Path(source)
     origin = str(src_path.absolute() if src_path.exists() else source)
     env_spec = None if (_is_lockfile(src_path) or is_pylock(src_path)) else load_spec(find_spec(source))
+    if site is not None:                 # a CUDA build on AMD GPUs (or ROCm on NVIDIA's) is refused first
+        from wmlce_tools.env.site_gpu import check_fits
+        from wmlce_tools.site.registry import get_site
+
+        check_fits(get_site(site), env_spec, None if env_spec is not None else src_path)
     plan = _site_plan(site, env_spec, src_path)
     if is_pylock(src_path) or hasattr(env_spec, "requirements"):
         _create_venv(src_path, env_spec, target, platform, channel, python, system_site_packages, force,
@@ -386,8 +386,9 @@ def verify_cmd(
         repair = (f"; to repair: wml env repair {env} (puts the packages' own files back), or re-create the env"
                   if report.file_problems else "")
         if report.file_problems and venv:
-            names = " ".join(sorted({fp.package for fp in report.file_problems}))
-            repair = f"; to repair: {prefix}/bin/python -m pip install --force-reinstall --no-deps {names}"
+            from wmlce_tools.env.venv import repair_command
+
+            repair = f"; to repair: {repair_command(prefix, sorted({fp.package for fp in report.file_problems}))}"
         mpi_text = f", not site {site}'s MPI" if mpi_problem else ""
         _fail(f"{prefix}: {len(report.file_problems)} file problem(s), "
               f"{len(report.pip_problems)} pip script problem(s), "
@@ -401,19 +402,22 @@ def verify_cmd(
 @env_app.command("repair")
 @_one_line_errors
 def repair_cmd(
-    env: str = typer.Argument(..., help="Env name or path."),
+    env: str = typer.Argument(..., help="Env name or path (a conda env; a virtualenv: what repairs it)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress display."),
     link: Optional[str] = typer.Option(None, "--link", metavar="auto|hardlink|reflink|copy",
                                        help="How the restored files reach the env (default: $WML_ENV_LINK, else auto)."),
 ) -> None:
     """Reinstall the packages whose files are missing or changed (what verify reports), from the
-    checked package cache."""
+    checked package cache (a conda env; for a virtualenv it says what repairs it)."""
     from wmlce_tools.env.linking import link_policy
-    from wmlce_tools.env.locations import resolve_env
+    from wmlce_tools.env.locations import resolve_any_env
     from wmlce_tools.env.repair import repair_env
 
     policy = link_policy(link)
-    prefix = resolve_env(env)
+    prefix, venv = resolve_any_env(env)
+    if venv:
+        _repair_venv_hint(prefix)
+        return
     result = repair_env(prefix, link=policy, progress=progress and sys.stderr.isatty())
     if not result.packages:
         typer.echo(f"{prefix}: nothing to repair ({result.files_checked} files of {result.total_packages} packages intact)")
@@ -422,6 +426,22 @@ def repair_cmd(
         _info(f"restored {fp.package}: {fp.path} ({fp.problem})")
     typer.echo(f"{prefix}: repaired {len(result.fixed)} file(s) in {len(result.packages)} package(s) "
                f"({', '.join(result.packages)}); files {_linked(result.link)}")
+
+
+def _repair_venv_hint(prefix: Path) -> None:
+    """A virtualenv has no conda packages to reinstall: nothing to do when its files are intact,
+    else one line naming the damaged distributions and the command that puts them back."""
+    from wmlce_tools.env.venv import repair_command
+    from wmlce_tools.env.verify import verify_venv
+
+    report = verify_venv(prefix, imports=[])
+    if not report.file_problems:
+        typer.echo(f"{prefix}: nothing to repair ({report.files_checked} files of {report.packages} packages intact)")
+        return
+    dists = sorted({fp.package for fp in report.file_problems})
+    raise WmlError(f"{prefix} is a virtualenv: wml env repair reinstalls conda packages, and a venv has none; "
+                   f"{len(report.file_problems)} file(s) of {', '.join(dists)} are missing or changed; to repair: "
+                   f"{repair_command(prefix, dists)}")
 
 
 # ------------------------------------------------------------------------------------- list

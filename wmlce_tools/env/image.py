@@ -87,19 +87,17 @@ class ImageDefinition:
 
 
 def _is_conda_lock(path: Path) -> bool:
-    if path.suffix not in (".yml", ".yaml") or not path.is_file():
-        return False
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
-        return False
-    return isinstance(data, dict) and "package" in data and "metadata" in data
+    from wmlce_tools.env.lockfiles import lock_kind
+
+    return lock_kind(path) == "conda"
 
 
 def definition(spec_or_lock: str, base: Optional[str] = None, name: Optional[str] = None) -> ImageDefinition:
     """The image definition of a bundled spec's name, a spec file or a conda-lock lockfile."""
     path = Path(spec_or_lock)
-    if path.name == "pylock.toml" or path.suffix == ".toml":
+    from wmlce_tools.env.pylock import is_pylock
+
+    if is_pylock(path) or path.suffix == ".toml":
         raise WmlError(f"{spec_or_lock}: a pylock.toml is not rendered into an image yet; give its spec "
                        "(kind: pypi) or a requirements file")
     wml_dirs = f"mkdir -p {WML_DIRS}"

@@ -116,6 +116,41 @@ def _wheel_fits(filename: str, platform: str, python: str) -> bool:
     return False
 
 
+def _for_platforms(filename: str, platforms: list[str]) -> bool:
+    """Whether a wheel installs on one of ``platforms`` (any python): a pure wheel, or a Linux
+    one for one of their machines.  A file name that is not a wheel's is kept."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return True
+    machines = tuple(PYPI_PLATFORMS[p] for p in platforms)
+    return any(t.platform == "any" or (t.platform.startswith(("manylinux", "musllinux", "linux_"))
+                                       and t.platform.endswith(machines)) for t in tags)
+
+
+def keep_platforms(doc: Any, platforms: list[str], python: str) -> None:
+    """Drop from a parsed pylock (tomlkit) what none of ``platforms`` installs: macOS and Windows
+    wheels, those of other machines, and packages whose marker no platform meets (uv's universal
+    resolution keeps every platform's).  Other pythons' wheels stay: a venv may be made from a
+    site module's newer python (--python)."""
+    minor = int(python.split(".")[1])
+    packages = doc.get("packages") or []
+    for i in reversed(range(len(packages))):
+        pkg = packages[i]
+        if not any(applies(pkg, p, f"3.{m}") for p in platforms for m in range(minor, minor + 10)):
+            del packages[i]
+            continue
+        wheels = pkg.get("wheels")
+        if wheels is None:
+            continue
+        for j in reversed(range(len(wheels))):
+            w = wheels[j]
+            if not _for_platforms(w.get("name") or Path(str(w.get("url", w.get("path", "")))).name, platforms):
+                del wheels[j]
+
+
 def applies(package: dict[str, Any], platform: str, python: str) -> bool:
     from packaging.markers import Marker
 
@@ -192,6 +227,7 @@ def lock_pypi(spec: PypiSpec, lockfile: Path, platforms: list[str] | None = None
                 raise WmlError(f"index {index or 'PyPI'} has no {p} wheel (and no sdist) of "
                                f"{', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''} for python {spec.python}")
             result.packages[p] = sum(1 for pkg in packages if applies(pkg, p, spec.python))
+        keep_platforms(doc, platforms, spec.python)
         doc["environments"] = [environment_marker(p) for p in platforms]
         wml = tomlkit.table()
         wml.update({"name": spec.name, "platforms": platforms, "python": spec.python,
@@ -226,8 +262,12 @@ class Pylock:
 
 
 def is_pylock(path: Path) -> bool:
+    """A PEP 751 lock: named as the PEP names one, or any file whose content is one."""
+    from wmlce_tools.env.lockfiles import lock_kind
+
     name = Path(path).name
-    return name == "pylock.toml" or (name.startswith("pylock.") and name.endswith(".toml"))
+    return name == "pylock.toml" or (name.startswith("pylock.") and name.endswith(".toml")) or \
+        lock_kind(path) == "pylock"
 
 
 def read_pylock(path: Path) -> Pylock:

@@ -69,8 +69,12 @@ def from_requirements_file(path: Path) -> PypiSpec:
     reqs = [r for r in reqs if r and not r.startswith("#")]
     if not reqs:
         raise WmlError(f"{path}: no requirements")
+    from wmlce_tools.env.spec_fields import check_cuda_builds
+
     name = re.sub(r"[^A-Za-z0-9._+-]", "-", path.stem)
-    return PypiSpec(name=name, requirements=reqs, source=path)
+    spec = PypiSpec(name=name, requirements=reqs, source=path)
+    check_cuda_builds(spec, str(path))
+    return spec
 
 
 def from_wml_yaml(data, where) -> PypiSpec:

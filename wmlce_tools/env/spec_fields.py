@@ -37,10 +37,13 @@ def provenance(data: Any, where: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- accelerator builds
 
 _CUDA_PATTERNS = (
-    re.compile(r"^(?:cudatoolkit|cuda-version|cuda-runtime|cuda-cudart)[ =<>~!]*=?\s*(\d+)"),
+    re.compile(r"^(?:cudatoolkit|cuda-version|cuda-runtime|cuda-cudart|__cuda)[ =<>~!]*=?\s*(\d+)"),
     re.compile(r"\bcuda(\d\d)\d"),              # build strings: cuda126_..., cuda118*
     re.compile(r"\+cu(\d\d)\d"),                 # wheels: torch==2.1.0+cu121
     re.compile(r"/whl/cu(\d\d)\d"),              # PyTorch's index: .../whl/cu121
+    re.compile(r"^nvidia-[a-z0-9-]+-cu(\d\d)\b"),  # NVIDIA's wheels: nvidia-cublas-cu12, nvidia-cuda-runtime-cu11
+    re.compile(r"(?<![a-z0-9])cuda(\d\d)(?:x(?![a-z0-9])|[-_\]])"),   # cupy-cuda12x, jax[cuda12], jax-cuda12-plugin,
+                                                                  # conda-forge's build strings cuda12x_*
 )
 
 
@@ -51,7 +54,7 @@ def accelerator_builds(spec: Any) -> dict[str, set[str]]:
     texts = [p.spec for p in getattr(spec, "packages", [])]
     texts += list(getattr(spec, "pip", [])) + list(getattr(spec, "requirements", []))
     texts += [u for u in (getattr(spec, "pip_index", None), getattr(spec, "index", None)) if u]
-    texts += [f"cuda-version {v}" for k, v in getattr(spec, "virtual_packages", {}).items() if k == "__cuda"]
+    texts += [f"__cuda {v}" for k, v in getattr(spec, "virtual_packages", {}).items() if k == "__cuda"]
     for text in texts:
         low = text.lower()
         for pat in _CUDA_PATTERNS:

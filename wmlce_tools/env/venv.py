@@ -44,6 +44,22 @@ def is_venv(prefix: Path) -> bool:
     return (prefix / "pyvenv.cfg").is_file() and not (prefix / "conda-meta").is_dir()
 
 
+def repair_command(prefix: Path, dists: list[str]) -> str:
+    """What puts a venv's damaged distributions (``name==version``) back: ``wml env repair``
+    reinstalls conda packages from the package cache, which a venv has none of.  A venv wml
+    made keeps the lock it came from and is made again from it; another one reinstalls the
+    distributions with its own pip, or with uv where it has no pip (``uv venv`` seeds none)."""
+    from wmlce_tools.quoting import sh_join
+
+    kept = wml_dir(prefix) / "pylock.toml"
+    if kept.is_file():
+        return sh_join(["wml", "env", "create", str(kept), "--prefix", str(prefix), "--force"])
+    python = str(prefix / "bin" / "python")
+    if list(prefix.glob("lib/python*/site-packages/pip/__init__.py")):
+        return sh_join([python, "-m", "pip", "install", "--force-reinstall", "--no-deps", *dists])
+    return sh_join(["uv", "pip", "install", "--python", python, "--reinstall", "--no-deps", *dists])
+
+
 @dataclass
 class VenvResult:
     prefix: Path

@@ -69,7 +69,7 @@ def _start_run(plan: JobPlan, chain: Chain) -> record.ChainRecord:
     except OSError as e:
         raise WmlError(f"cannot create the run directory {chain.run_dir}: {e.strerror}") from None
     rec = record.ChainRecord(run_id=chain.run_id, site=plan.site.name, scheduler=plan.site.scheduler,
-                             length=chain.length, checkpoint_dir=str(chain.checkpoint_dir),
+                             length=chain.length, checkpoint_dir=str(chain.checkpoint_dir), margin_s=chain.margin_s,
                              segments=[record.SegmentEntry(i, str(chain.segment_dir(i)))
                                        for i in range(1, chain.length + 1)])
     record.save(chain.run_dir, rec)
@@ -91,6 +91,7 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
     local = plan.site.scheduler == "local"
     for index in range(1, chain.length + 1):
         seg = segment_plan(plan, chain, index, previous)
+        step_at_start = record.latest_step(chain.checkpoint_dir)
         try:
             result = submit(seg, render_script(seg), out=out)
         except WmlError as e:
@@ -106,4 +107,21 @@ def submit_chain(plan: JobPlan, chain: Chain, out: Callable[[str], None] = sys.s
         previous = result.job_id
         if local and record.finished(chain.checkpoint_dir):
             break      # the local site's "cancel the rest": the segments not yet run never start
+        if local and _cut_short(chain, index, step_at_start, out):
+            break
     return results
+
+
+def _cut_short(chain: Chain, index: int, step_at_start: Optional[int], out: Callable[[str], None]) -> bool:
+    """After a local segment: a save its walltime cut short (said when the walltime came) is set
+    aside; True when the segment made no progress, so the chain stops rather than loop."""
+    from ..chain.overrun import cut_save, made_progress, set_aside, stop_line
+
+    cut = cut_save(chain.checkpoint_dir)
+    if cut is None:
+        return False
+    set_aside(chain.checkpoint_dir, chain.segment_dir(index))
+    if made_progress(cut, step_at_start) or index == chain.length:
+        return False
+    out(f"wml: {stop_line(index, chain.length, cut, chain.checkpoint_dir, chain.margin_s)}\n")
+    return True

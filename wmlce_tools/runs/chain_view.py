@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from ddl_runtime.checkpoint.protocol import EXIT_RESUME
 
 from ..jobs.registry import JobRecord, Registry
 from ..chain import record
@@ -26,6 +25,8 @@ class SegmentView:
     def state(self) -> str:
         if self.job is None:
             return "NOT RUN"
+        from ddl_runtime.checkpoint.protocol import EXIT_RESUME
+
         if self.status == EXIT_RESUME or (self.job.exit_code == EXIT_RESUME and self.job.state.final):
             return "STOPPED"          # stopped for the walltime; the next segment resumes
         return self.job.state.value

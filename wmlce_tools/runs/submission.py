@@ -187,6 +187,12 @@ def _walltime_notice(plan: JobPlan, job_id: str) -> Callable[[Callable[[str], No
         nxt = (f"segment {seg.index + 1} starts from " + (f"its last checkpoint (step {step})" if step is not None
                                                           else "the beginning: there is no checkpoint")
                if seg.index < chain.length else "it was the chain's last: the run is not finished")
+        from ..chain.overrun import cut_save, describe
+
+        cut = cut_save(chain.checkpoint_dir)
+        if cut is not None:      # the ranks did stop, but their save ran past the walltime
+            say(f"wml: {describe(cut, seg.index, chain.length, chain.signal, chain.margin_s, time.time())}\n")
+            return
         say(f"wml: segment {seg.index} of {chain.length} took no notice of SIG{chain.signal}, sent {chain.margin_s} s "
             f"before the walltime to ask its ranks to checkpoint and stop (a program must checkpoint on it and exit "
             f"75, see README 'Training longer than a walltime'; or its checkpoint takes longer than --signal-margin); "

@@ -3,8 +3,8 @@ and for each the flags, binds, environment and modules its page gives for runnin
 container per rank (``wml submit --container IMAGE``, ``ddlrun --container IMAGE``).
 
 Each runtime names the centre's page it came from and the date it was checked, as the
-profile's launch lines do.  What the runtimes do with these fields is in
-``wmlce_tools/container/runtimes.py``.
+profile's launch lines do.  What the runtimes do with these fields (how each wraps one rank's
+command) is in ``wmlce_tools/container/launch.py``.
 """
 from __future__ import annotations
 
