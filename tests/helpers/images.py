@@ -158,8 +158,6 @@ def debian(name: str, say: Optional[Callable[[str], None]] = None) -> Path:
         subprocess.run(["tar", "-xf", str(tar), "-C", str(img), "--exclude=./dev/*"], check=True, timeout=300)
         tar.unlink()
         _without_devices(img)
-        for pkg in ("wmlce_tools", "ddl_runtime"):      # ch-run binds only onto directories the image has
-            (img / "opt/wml" / pkg).mkdir(parents=True, exist_ok=True)
         (img / "wml-marker").write_text(MARKER + "\n")
         if say:
             say(f"built {name} in {time.monotonic() - start:.0f} s")
