@@ -106,7 +106,7 @@ def test_the_job_script_asks_for_the_spares_and_keeps_the_allocation_when_a_node
                     "-A", "m1", str(prog))
     assert slurm.returncode == 0, slurm.stderr
     assert "#SBATCH --nodes=3\n#SBATCH --no-kill\n" in slurm.stdout
-    assert "--mode p:4x2x1x1 -x OMP_NUM_THREADS --restarts=2 --spare-nodes=1 -- " in slurm.stdout
+    assert "--mode p:4x2x1x1 --restarts=2 --spare-nodes=1 -- " in slurm.stdout
     pbs = run_wml("render", "--site", "polaris", "-N", "2", "--spare-nodes", "1", "--restarts", "1", "-A", "p",
                   str(prog))
     assert pbs.returncode == 0 and "#PBS -l select=3:system=polaris" in pbs.stdout, pbs.stderr
