@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from ..errors import WmlError
+from ..locks import pid_alive
 from .place import NODE_TOKEN, expand, node_label, node_name, unset
 
 MODES = ("mps", "time-slice")
@@ -250,11 +251,11 @@ def stop_here(template: str, env: Mapping[str, str] = os.environ) -> None:
         code, why = p.returncode, _last_line(p.stderr, p.stdout)
     except subprocess.TimeoutExpired:
         code, why = None, f"no answer within {ASK_S:.0f} s"
-    if code != 0 and pid is not None and _alive(pid):
+    if code != 0 and pid is not None and pid_alive(pid):
         raise WmlError(f"the MPS control daemon on {where} did not take quit ({why or f'exit status {code}'}); "
                        f"it still runs (pid {pid}), its directory {directory} is left")
     deadline = time.monotonic() + QUIT_S
-    while pid is not None and _alive(pid):
+    while pid is not None and pid_alive(pid):
         if time.monotonic() > deadline:
             raise WmlError(f"the MPS control daemon on {where} still runs {QUIT_S:.0f} s after quit (pid {pid}); "
                            f"its directory {directory} is left")
@@ -286,20 +287,6 @@ def _daemon_pid(pipe: str) -> Optional[int]:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:            # a zombie (its parent has not reaped it) is gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
 
 
 ACTIONS = {"start": start_here, "stop": stop_here, "status": status_here}

@@ -17,24 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from wmlce_tools.errors import WmlError
+from wmlce_tools.locks import pid_alive
 
 _MARK = ".wml-staging-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def clean_stale(parent: Path, name: str) -> None:
     for d in parent.glob(f".{name}{_MARK}*"):
         pid_text = d.name[len(f".{name}{_MARK}"):].split("-", 1)[0]
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and not pid_alive(int(pid_text)):
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import WmlError
 from ..runstats.analysis import STRAGGLER_PCT, Analysis, partial_note
+from ..runs.sweep_view import cell
 from .run import COMPLETED, Part, Report, best_trials, stamp
 
 COLORS = {"compute": "#4c78a8", "comm": "#f58518", "wait": "#e45756", "straggler": "#b10026", "other": "#aaaaaa"}
@@ -243,18 +244,6 @@ def _ms(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
-def _or_dash(v) -> str:
-    return "-" if v is None else str(v)
-
-
 def render_page(rep: Report) -> str:
     pio, get_plotlyjs = _plotly()
     sections: List[str] = []
@@ -264,15 +253,15 @@ def render_page(rep: Report) -> str:
         if fig is not None:
             sections.append("<h2>Timeline</h2>" + _figure_html(pio, fig, "timeline"))
     if rep.kind == "chain":
-        rows = [[p.label, p.state, _or_dash(p.exit_code), stamp(p.submitted), stamp(p.started), stamp(p.ended),
-                 _or_dash(p.step_reached), _or_dash(p.checkpoint), p.line] for p in rep.parts]
+        rows = [[p.label, p.state, cell(p.exit_code), stamp(p.submitted), stamp(p.started), stamp(p.ended),
+                 cell(p.step_reached), cell(p.checkpoint), p.line] for p in rep.parts]
         sections.append("<h2>Segments</h2>"
                         + _table(["segment", "state", "exit", "submitted (UTC)", "ran from", "to", "step reached",
                                   "last checkpoint", "summary"], rows))
     if rep.kind == "sweep":
         fig = _sweep_figure(rep)
         best = best_trials(rep)
-        rows = [[_cell(r.get(c)) for c in rep.columns] for r in rep.rows]
+        rows = [[cell(r.get(c)) for c in rep.columns] for r in rep.rows]
         if rep.metric is None:
             verdict = "No best trial: no trial has printed a JSON object of numbers."
         elif not best:

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..runstats.analysis import STRAGGLER_PCT, Analysis, RankRow, partial_note
+from ..runs.sweep_view import cell
 from .run import Part, Report, best_trials, duration, stamp
 
 RANK_ROWS = 16
@@ -142,8 +143,8 @@ def _segments(console: Console, rep: Report) -> None:
         t.add_column(name, overflow="fold")
     for p in rep.parts:
         ran = duration(p.ended - p.started) if p.started and p.ended else "-"
-        t.add_row(p.label.split()[-1], p.state, _or_dash(p.exit_code), stamp(p.started), ran,
-                  _or_dash(p.step_reached), _or_dash(p.checkpoint))
+        t.add_row(p.label.split()[-1], p.state, cell(p.exit_code), stamp(p.started), ran,
+                  cell(p.step_reached), cell(p.checkpoint))
     console.print(t)
     main = rep.main
     for p in rep.parts:
@@ -151,24 +152,12 @@ def _segments(console: Console, rep: Report) -> None:
             say(console, f"{p.label}: {p.line}")
 
 
-def _or_dash(v) -> str:
-    return "-" if v is None else str(v)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
-
-
 def _trials(console: Console, rep: Report) -> None:
     t = Table(title=f"trials ({len(rep.parts)})", title_justify="left")
     for c in rep.columns:
         t.add_column(c, justify="right" if c in ("trial", "exit", "walltime_s") else "left", overflow="fold")
     for r in rep.rows:
-        t.add_row(*[_cell(r.get(c)) for c in rep.columns])
+        t.add_row(*[cell(r.get(c)) for c in rep.columns])
     console.print(t)
     best = best_trials(rep)
     if rep.metric is None:

@@ -144,7 +144,9 @@ def find_run(text: str) -> SweepView:
 
 
 # -- wml sweep show ----------------------------------------------------------------------------
-def _fmt(v) -> str:
+def cell(v) -> str:
+    """A table cell: ``-`` for nothing, a float to 6 significant digits (the CLI's table, the
+    report's summary and page alike)."""
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -253,14 +255,14 @@ def render(v: SweepView, sort: Optional[str] = None, fmt: str = "table", tail: i
     if fmt != "table":
         raise WmlError(f"--format {fmt}: expected table, csv or json")
     grid = [[c.upper() if c in ("trial", "state", "exit", "walltime_s") else c for c in cols]]
-    grid += [[_fmt(r.get(c)) for c in cols] for r in table]
+    grid += [[cell(r.get(c)) for c in cols] for r in table]
     widths = [max(len(row[i]) for row in grid) for i in range(len(cols))]
     text = f"sweep {v.rec.run_id} ({v.rec.mode}): {v.state}; {v.count_text()}\n"
     text += "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in grid) + "\n"
     for t in v.trials:
         if t.state == record.FAILED:
             lines = last_lines(v.run_dir, t.index, tail)
-            text += f"\ntrial {t.index} failed (exit status {_fmt(t.exit_code)}); its last lines:\n"
+            text += f"\ntrial {t.index} failed (exit status {cell(t.exit_code)}); its last lines:\n"
             text += "".join(f"    {ln}\n" for ln in lines) if lines else "    (no output)\n"
     return text
 
@@ -286,7 +288,7 @@ def status_lines(v: SweepView) -> List[str]:
     for t in v.trials:
         params = " ".join(f"{k}={val}" for k, val in t.params.items())
         wall = f"{t.walltime_s:.1f}s" if t.walltime_s is not None else "-"
-        out.append(f"  trial {t.index:<4} {t.state:<10} exit {_fmt(t.exit_code):<4} {wall:>8}  {params}")
+        out.append(f"  trial {t.index:<4} {t.state:<10} exit {cell(t.exit_code):<4} {wall:>8}  {params}")
     return out
 
 
