@@ -102,6 +102,26 @@ def test_the_daemon_is_stopped_after_a_failing_rank(ddlrun, mps):
     assert not os.path.exists(os.path.dirname(entries[0]["pipe"]))
 
 
+def test_a_healed_run_starts_the_daemon_for_each_attempt_on_its_nodes(ddlrun, mps):
+    """--restarts with a spare: the restart runs on other nodes (the spare), so each attempt starts
+    the daemons on its own nodes before its ranks and stops them after (one daemon for the whole run
+    would leave the spare without one)."""
+    env, path, place = mps
+    r = ddlrun("--site", "mpsgpu", "-n", "2", "--emulate-nodes", "2", "--ranks-per-gpu", "2", "--spare-nodes", "1",
+               "--restarts", "1", sys.executable, str(MPS_RANK),
+               env=dict(env, MPS_TEST_PLACE=place, FAIL_RANK="1", FAIL_CODE="SIGKILL", FAIL_ATTEMPT="1", WML_JOB_DIR=str(mps[1].parent / "job")),
+               timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "relaunching on node0, node2 without node1" in r.stderr, r.stderr
+    entries = journal(path)
+    one = ["start", "ask:get_server_list", "rank", "rank", "ask:quit"]
+    assert kinds(entries) == one + one, entries
+    second = [e for e in entries if e["event"] == "rank" and e["attempt"] == "2"]
+    assert [(e["group_rank"], e["alive"]) for e in sorted(second, key=lambda e: e["rank"])] == [
+        ("0", True), ("1", True)], second
+    assert r.stderr.count("ddlrun: CUDA MPS: control daemon started on") == 2, r.stderr
+
+
 def test_the_daemon_is_stopped_when_ddlrun_is_signalled(isolated_env, site_dir, mps, tmp_path):
     env, path, _ = mps
     e = dict(isolated_env, WML_SITE_PATH=str(site_dir), MPS_TEST_PLACE=mps[2], SLEEP_S="60", **env)

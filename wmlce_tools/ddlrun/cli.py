@@ -256,8 +256,11 @@ def run_cli(argv: Sequence[str]) -> int:
     from .runner import run
 
     try:
-        with around_ranks(plan, sys.stderr, _once_per_node):      # CUDA MPS's daemons, where ddlrun starts them
-            code = run(plan) if dirs is None else heal.run(plan, opts, dirs)
+        if dirs is None:
+            with around_ranks(plan, sys.stderr, _once_per_node):      # CUDA MPS's daemons, where ddlrun starts them
+                code = run(plan)
+        else:          # each attempt starts and stops them on its own nodes (a spare's too)
+            code = heal.run(plan, opts, dirs)
     finally:
         _release_image(plan)
         if dirs is not None:

@@ -47,7 +47,8 @@ from ddl_runtime.checkpoint.protocol import CHECKPOINT_DIR_ENV, EXIT_RESUME, LAT
 from ..errors import WmlError
 from ..runstats import attempts as _attempts
 from ..runstats import liveness
-from .plan import JOB_ID_VARS, DdlrunOptions, Launch as LaunchPlan, build_plan
+from .mps import around_ranks
+from .plan import JOB_ID_VARS, DdlrunOptions, Launch as LaunchPlan, _once_per_node, build_plan
 from .runner import Attempt as Launch
 from .runner import StderrRelay, run_attempt
 from . import nodestate
@@ -322,7 +323,17 @@ def run(plan: LaunchPlan, opts: DdlrunOptions, dirs: HealDirs, env: Mapping[str,
         rec.attempts.append(attempt)
         _save(rec, dirs, err)
         watcher = Watcher(plan, dirs.beats)
-        launch = run_attempt(plan, err, watch=watcher, grace=HEAL_GRACE_S)
+        try:
+            with around_ranks(plan, err, _once_per_node):    # CUDA MPS on this attempt's nodes (a spare's too)
+                launch = run_attempt(plan, err, watch=watcher, grace=HEAL_GRACE_S)
+        except WmlError as e:
+            if index == 1:
+                raise
+            attempt.ended, attempt.outcome = time.time(), "failed"
+            attempt.note = f"cannot relaunch: {e}"
+            _say(err, f"ddlrun: {attempt.note}")
+            _save(rec, dirs, err)
+            return 1
         watcher.final()
         attempt.ended, attempt.status = time.time(), launch.status
         attempt.first_step_at = watcher.watch.first_step_at
