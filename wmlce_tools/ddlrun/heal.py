@@ -97,13 +97,13 @@ def prepare(opts: DdlrunOptions, env: Mapping[str, str], err: TextIO) -> Tuple[D
         run = Path.cwd() / f"ddlrun-{job}"
     ckpt = _export_value(opts.exports, CHECKPOINT_DIR_ENV) or env.get(CHECKPOINT_DIR_ENV)
     stats = _export_value(opts.exports, "DDL_STATS_DIR") or stats_dir(env)
-    extra = [f"DDL_HEARTBEAT_DIR={run / BEATS}", f"{ATTEMPT_ENV}=1"]
+    extra = [("DDL_HEARTBEAT_DIR", str(run / BEATS), f"{WHY}: each rank's heartbeat"), _attempt(1)]
     if not ckpt:
         ckpt = str(run / CHECKPOINTS)
-        extra.append(f"{CHECKPOINT_DIR_ENV}={ckpt}")
+        extra.append((CHECKPOINT_DIR_ENV, ckpt, f"{WHY}: where a restart resumes from (none was set)"))
     if not stats:
         stats = str(run / STATS)
-        extra.append(f"DDL_STATS_DIR={stats}")
+        extra.append(("DDL_STATS_DIR", stats, f"{WHY}: the ranks' records (none was set)"))
     if not opts.dry_run:
         try:
             (run / BEATS).mkdir(parents=True, exist_ok=True)
@@ -113,13 +113,19 @@ def prepare(opts: DdlrunOptions, env: Mapping[str, str], err: TextIO) -> Tuple[D
             err.write(f"ddlrun: --restarts: heartbeats, records, checkpoints and the attempts in {run} "
                       f"(WML_JOB_DIR chooses)\n")
     dirs = HealDirs(run, run / BEATS, Path(os.path.abspath(stats)), Path(os.path.abspath(ckpt)))
-    kept = tuple(x for x in opts.exports if x.partition("=")[0] not in ("DDL_HEARTBEAT_DIR", ATTEMPT_ENV))
-    return dataclasses.replace(opts, exports=(*kept, *extra)), dirs
+    return dataclasses.replace(opts, own=(*opts.own, *extra)), dirs
+
+
+WHY = "ddlrun --restarts"
+
+
+def _attempt(index: int) -> Tuple[str, str, str]:
+    return (ATTEMPT_ENV, str(index), f"{WHY}: this attempt's number")
 
 
 def attempt_options(opts: DdlrunOptions, index: int, exclude: List[str]) -> DdlrunOptions:
-    exports = tuple(x for x in opts.exports if x.partition("=")[0] != ATTEMPT_ENV) + (f"{ATTEMPT_ENV}={index}",)
-    return dataclasses.replace(opts, exports=exports, exclude=tuple(exclude))
+    own = tuple(x for x in opts.own if x[0] != ATTEMPT_ENV) + (_attempt(index),)
+    return dataclasses.replace(opts, own=own, exclude=tuple(exclude))
 
 
 class Watcher:

@@ -75,6 +75,7 @@ class DdlrunOptions:
     restarts: Optional[int] = None       # --restarts N: relaunch after a lost node, a hang or a crash (heal.py)
     spare_nodes: int = 0                 # --spare-nodes K: nodes of the allocation kept out of the layout
     exclude: Tuple[str, ...] = ()        # nodes a restart leaves out (hosts; emulated: node<i>) (spares.py)
+    own: Tuple[Tuple[str, str, str], ...] = ()   # (name, value, why): what ddlrun itself gives every rank (heal.py)
 
 
 @dataclass(frozen=True)
@@ -430,8 +431,8 @@ def build_plan(opts: DdlrunOptions, env: Mapping[str, str] = os.environ) -> Laun
     sharing = plan_sharing(site, layout, opts.gpu_sharing, env, job_id or "", per_node=len(set(hosts.hosts)) > 1)
     lopts = LaunchOptions(program=opts.program, given=exports, container=opts.container,
                           container_runtime=opts.container_runtime, workdir=os.getcwd(), record_dir=env.get("WML_JOB_DIR"),
-                          own=tuple((k, v, "CUDA MPS for ranks sharing a GPU (ddlrun starts it)")
-                                    for k, v in (sharing.exports if sharing is not None else ())))
+                          own=(*opts.own, *((k, v, "CUDA MPS for ranks sharing a GPU (ddlrun starts it)")
+                                            for k, v in (sharing.exports if sharing is not None else ()))))
     launch = build_launch(site, layout, lopts)
     container = launch.container
     plugin = launch.fabric.plugin_expected if container is not None and launch.fabric is not None else None
