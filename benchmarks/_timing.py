@@ -50,3 +50,29 @@ def report_pairs(times: Dict[str, List[float]], ranks: int, rounds: int, calls: 
         with open(json_path, "w") as fh:
             json.dump({"ranks": ranks, "rounds": rounds, "calls": calls, "median_s": medians, "all_s": times},
                       fh, indent=1)
+
+
+class SmallStep:
+    """The record and heartbeat benchmarks' training step: torch's DistributedOptimizer (of
+    ``ddl``, ddl_runtime.torch, already initialised) on a 64-128-10 MLP, batch 256, one thread (a
+    step of a few ms on a CPU)."""
+
+    def __init__(self, ddl) -> None:
+        import torch
+
+        self.torch = torch
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        self.model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        self.opt = ddl.DistributedOptimizer(torch.optim.SGD(self.model.parameters(), lr=0.01),
+                                            named_parameters=self.model.named_parameters())
+        self.x, self.y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+
+    def block(self, steps: int) -> float:
+        """Seconds per step over ``steps`` steps."""
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.opt.zero_grad()
+            self.torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+            self.opt.step()
+        return (time.perf_counter() - t0) / steps

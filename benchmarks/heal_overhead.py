@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import ddl_runtime.torch as ddl  # noqa: E402
+from _timing import SmallStep  # noqa: E402
 from ddl_runtime.core.heartbeat import BEAT_S, Heartbeat  # noqa: E402
 from ddl_runtime.core.stats import RunStats  # noqa: E402
 
@@ -39,23 +40,14 @@ def main() -> int:
     a = p.parse_args()
     if a.blocks < 2 or a.steps < 1:
         p.error("--blocks >= 2 and --steps >= 1")
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     ddl.init()
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
-    x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    step = SmallStep(ddl)
+    model, opt = step.model, step.opt
     record = opt._ddl_stats
     beat = Heartbeat(tempfile.mkdtemp(prefix="heal-bench-"), ddl.rank(), floor_s=600.0, clock=record.clock)
 
     def block() -> float:
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-        return (time.perf_counter() - t0) / a.steps
+        return step.block(a.steps)
 
     record.beat = beat
     block()                                   # warm-up (and the warm-up steps of the heartbeat)
@@ -72,9 +64,9 @@ def main() -> int:
         hb = Heartbeat(tempfile.mkdtemp(prefix="heal-bench-"), 0, floor_s=600.0, clock=watched.clock)
         watched.beat = hb
         for _ in range(10):
-            watched.end_step(0.001, 1 << 20)
+            watched.end_step(1 << 20)
         hb.due = float("inf")                 # end_step's own cost: the store and the comparison
-        per_call = {k: min(timeit.repeat(lambda s=s: s.end_step(0.001, 1 << 20), number=20000, repeat=5)) / 20000
+        per_call = {k: min(timeit.repeat(lambda s=s: s.end_step(1 << 20), number=20000, repeat=5)) / 20000
                     for k, s in (("old", plain), ("new", watched))}
         write = min(timeit.repeat(lambda: hb.write(watched), number=200, repeat=5)) / 200
         hb.close()

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import ddl_runtime.torch as ddl  # noqa: E402
+from _timing import SmallStep  # noqa: E402
 from ddl_runtime.core import stats as core_stats  # noqa: E402
 from ddl_runtime.core.stats import RunStats, collective  # noqa: E402
 
@@ -50,13 +51,9 @@ def main() -> int:
     a = p.parse_args()
     if a.blocks < 2 or a.steps < 1:
         p.error("--blocks >= 2 and --steps >= 1")
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     ddl.init()
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = ddl.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
-    x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    step = SmallStep(ddl)
+    model, opt = step.model, step.opt
     record = opt._ddl_stats
     assert core_stats.CURRENT is record
 
@@ -65,12 +62,7 @@ def main() -> int:
         opt._ddl_stats = _NoRecord() if kind == "old" else record
 
     def block() -> float:
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-        return (time.perf_counter() - t0) / a.steps
+        return step.block(a.steps)
 
     kinds = ["new", "old"] + (["end"] if a.noise else [])
     use("new")
