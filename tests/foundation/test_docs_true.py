@@ -21,7 +21,8 @@ def test_the_frontier_sample_names_only_what_the_script_sets(run_wml, tmp_path):
     script = run_wml("render", "--site", "frontier", "--nodes", "2", "-P", "abc123", "-t", "30m", "train.py").stdout
     said = re.findall(r"`([A-Z][A-Z0-9_]+)=([^`\s]+)`", _frontier_paragraph())
     assert said, _frontier_paragraph()
-    exported = dict(re.findall(r'export ([A-Z][A-Z0-9_]+)="?([^"\s]+)"?', script))
+    # the ranks' variables: the script's table of what ddlrun gives every rank ("#     NAME=VALUE  <- page")
+    exported = dict(re.findall(r'^#\s+([A-Z][A-Z0-9_]+)=(\S+)  <- ', script, re.M))
     for name, value in said:
         assert exported.get(name) == value or (name, value) in {("NCCL_NET", "Socket")}, \
             f"README: {name}={value}; the script: {exported.get(name)}"

@@ -155,7 +155,8 @@ def _segments(console: Console, rep: Report) -> None:
 def _trials(console: Console, rep: Report) -> None:
     t = Table(title=f"trials ({len(rep.parts)})", title_justify="left")
     for c in rep.columns:
-        t.add_column(c, justify="right" if c in ("trial", "exit", "walltime_s") else "left", overflow="fold")
+        t.add_column(c, justify="right" if c in ("trial", "exit", "walltime_s") else "left", overflow="fold",
+                     no_wrap=c in ("trial", "state", "exit"))      # COMPLETED whole at 80 columns; the rest folds
     for r in rep.rows:
         t.add_row(*[cell(r.get(c)) for c in rep.columns])
     console.print(t)

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Mapping, Optional, TextIO
 
 from ..quoting import sh_quote
-from .analysis import analyse, one_line
-from .records import STATS_DIR, load
 
 # <job dir>/wml-ref: "@N", the job's id in wml's registry, written there when wml records the job
 # (jobs/lifecycle.py); the job script exports WML_JOB_DIR
@@ -18,6 +16,9 @@ JOB_ID_VARS = ("WML_JOB_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID", "COBALT_J
 
 
 def line_for(stats_dir: Path) -> Optional[str]:
+    from .analysis import analyse, one_line      # numpy: only where there are records to read
+    from .records import load
+
     recs = load(stats_dir)
     if recs is None or not recs.ranks:
         return None
@@ -61,6 +62,8 @@ def status_line(job_dir: str) -> Optional[str]:
     if not job_dir:
         return None
     try:
+        from .records import STATS_DIR
+
         return line_for(Path(job_dir) / STATS_DIR)
     except (OSError, ValueError):
         return None
