@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -395,3 +399,23 @@ def test_a_stop_signal_that_comes_while_the_ranks_start_waits_for_them(isolated_
             p.wait(timeout=10)
     assert sorted(l for l in out.splitlines() if "GOT" in l or "NO SIGNAL" in l) == ["[0] GOT", "[1] GOT"], out + err
     assert p.returncode == 75, out + err
+
+
+def test_a_stop_signal_repeated_after_the_program_ended_cannot_kill_the_shim(tmp_path):
+    """A chained job's stop signal is repeated until every rank has ended; one that reaches the rank
+    shim after its program ended (while the shim exits, when Python has put the killing default
+    back for the signal it handled) must not kill it: a finished segment would read as failed."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent("""\
+        import os, signal, sys
+        from wmlce_tools.ddlrun import rankexec
+        code = rankexec.main(["--size", "1", "--ranks-per-node", "1", "--binding", "none", "--gpus", ";",
+                              "--mode", "p:1x1x1x1", "--master", "localhost:29999", "--", sys.executable, "-c", "pass"])
+        os.kill(os.getpid(), signal.SIGUSR1)       # the launcher's next repeat
+        print("ALIVE", code, signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN, flush=True)
+        """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDL_", "WML_", "PMI_", "OMPI_", "SLURM_"))}
+    p = subprocess.run([sys.executable, str(probe)], env=dict(env, WML_STOP_SIGNAL="USR1", PMI_RANK="0", PMI_SIZE="1", MPI_LOCALRANKID="0",
+                       PYTHONPATH=str(Path(__file__).resolve().parents[2])),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "ALIVE 0 True" in p.stdout, (p.returncode, p.stdout, p.stderr)

@@ -84,7 +84,7 @@ class StopRelay:
         num = stop_signum(env, STOP_SIGNAL_ENV)
         return cls(num) if num is not None else None   # a bad name: the runtime says so on every rank
 
-    def ignore_in_child(self) -> None:     # in the child, before exec
+    def ignore(self) -> None:     # in the child before exec; here once the program has ended
         signal.signal(self.signum, signal.SIG_IGN)
 
     def attach(self, child: subprocess.Popen) -> None:
@@ -262,7 +262,7 @@ def run_program(program: Sequence[str], env: Mapping[str, str], rank: int, outpu
     def preexec() -> None:
         KILL_ON_PARENT_DEATH()
         if stop is not None:
-            stop.ignore_in_child()
+            stop.ignore()
     try:
         child = subprocess.Popen(list(program), env=dict(env), stdout=pipe, stderr=pipe,
                                  close_fds=False, preexec_fn=preexec)
@@ -346,6 +346,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"ddlrun: error: {e}\n")
         code = e.code
     send_report(code)
+    if stop is not None:      # the program has ended: nothing to pass on, and Python's exit puts back the
+        stop.ignore()         # default action for a signal it handled, so a repeat would kill this shim
     if code == EXIT_RESUME and written:
         return 0     # ddlrun has the 75 from the report; the launcher must not take it for a failure
     return code
