@@ -282,7 +282,9 @@ def test_host_copies_are_freed_each_step_without_the_cycle_collector():
     finally:
         gc.enable()
     assert lms.stats(model).swapped_bytes > 0
-    assert max(live[2:]) <= live[1] * 5 // 4, live     # bounded: one step's copies, not one more set a step
+    # bounded: one step's copies, not one more set a step (the old code grew 48 -> 144 in six steps);
+    # a step's own count moves with the plan (19 to 24 seen), so the bound is half again the first steps'
+    assert max(live[2:]) <= max(live[:2]) * 3 // 2, live
 
 
 def test_block_times_are_the_warm_ones_not_the_first_steps():
