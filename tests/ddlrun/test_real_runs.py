@@ -419,3 +419,33 @@ def test_a_stop_signal_repeated_after_the_program_ended_cannot_kill_the_shim(tmp
                        PYTHONPATH=str(Path(__file__).resolve().parents[2])),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "ALIVE 0 True" in p.stdout, (p.returncode, p.stdout, p.stderr)
+
+
+def test_the_shims_repeats_never_reach_a_program_that_has_put_the_default_back(tmp_path):
+    """The shim repeats a chained job's stop signal until its program ends, for one that came before
+    the program's handler; a program that handled it and is exiting (Python puts the killing default
+    back as it finalizes; here for longer than a repeat) must end with its own 75, not die of a
+    repeat (seen in CI: 'rank 0 failed first, with exit status 138')."""
+    prog = tmp_path / "stops_then_exits_slowly.py"
+    prog.write_text(textwrap.dedent("""\
+        import os, signal, sys, time
+        got = []
+        signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+        os.kill(os.getppid(), signal.SIGUSR1)          # the launcher's stop signal reaches the shim
+        end = time.monotonic() + 30
+        while not got and time.monotonic() < end:
+            time.sleep(0.05)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # as Python's finalization does
+        print("GOT" if got else "NO SIGNAL", flush=True)
+        time.sleep(3)                                  # a slow exit: longer than the shim's RESEND_S
+        sys.exit(75 if got else 3)
+        """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDL_", "WML_", "PMI_", "OMPI_", "SLURM_"))}
+    p = subprocess.run([sys.executable, "-m", "wmlce_tools.ddlrun.rankexec", "--size", "1", "--ranks-per-node", "1",
+                        "--binding", "none", "--gpus", ";", "--mode", "p:1x1x1x1", "--master", "localhost:29999",
+                        "--", sys.executable, str(prog)],
+                       env=dict(env, WML_STOP_SIGNAL="USR1", PMI_RANK="0", PMI_SIZE="1", MPI_LOCALRANKID="0",
+                                PYTHONPATH=str(Path(__file__).resolve().parents[2])),
+                       capture_output=True, text=True, timeout=60)
+    assert "GOT" in p.stdout, (p.returncode, p.stdout, p.stderr)
+    assert p.returncode == 75, (p.returncode, p.stdout, p.stderr)

@@ -66,7 +66,9 @@ class StopRelay:
     program existed), the program starts with it ignored (SIG_IGN survives exec; the runtime's
     handler replaces it), and once it has come it is passed on every RESEND_S seconds until the
     program ends (the runtime's stop request is idempotent), so one that reached the program before
-    its handler was installed is not lost."""
+    its handler was installed is not lost.  Where /proc tells the program's disposition, it is
+    passed on only while the program catches it: Python puts the killing default back as it exits,
+    and a repeat that came then killed a rank that had saved and was ending with 75 (seen in CI)."""
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
@@ -98,11 +100,28 @@ class StopRelay:
             if not self.came:
                 time.sleep(WATCH_S)
                 continue
+            caught = catches(child.pid, self.signum)
+            if caught is False:             # still ignored (starting), or the default again (exiting)
+                time.sleep(WATCH_S)
+                continue
             try:
                 child.send_signal(self.signum)
             except OSError:
                 return
             time.sleep(RESEND_S)
+
+
+def catches(pid: int, signum: int) -> Optional[bool]:
+    """Whether process ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc); None where
+    /proc cannot tell (another system, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 class ShimError(Exception):
