@@ -89,12 +89,31 @@ def _one_at_a_time(nodeid: str) -> bool:
     return "slurm" in lower or "openmpi" in lower or "open_mpi" in lower
 
 
+def _full_tier(config) -> bool:
+    return os.environ.get("WML_TESTS", "").strip().lower() == "full"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2``, scripts/test) the tests that touch a local Slurm cluster or
-    Debian's Open MPI (``_one_at_a_time``) run in one worker, one after another (see
+    """The quick tier (tests/tiers.py) leaves out the full tier's tests unless WML_TESTS=full
+    (``scripts/test --full``); a whole-suite collection first checks the table against what was
+    collected.  Under pytest-xdist (``-n 2``, scripts/test) the tests that touch a local Slurm
+    cluster or Debian's Open MPI (``_one_at_a_time``) run in one worker, one after another (see
     pytest_xdist_make_scheduler), and first, so that the other worker takes the rest meanwhile
-    instead of the group running alone at the end.  Every worker
-    orders its collection alike; without xdist nothing changes."""
+    instead of the group running alone at the end.  Every worker orders its collection alike;
+    without xdist nothing changes."""
+    import tiers
+
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        problems = tiers.check([item.nodeid for item in items])
+        if problems:
+            raise pytest.UsageError("tests/tiers.py: " + "; ".join(problems))
+    if not _full_tier(config):
+        left = [item for item in items if tiers.full_only(item.nodeid)]
+        if left:
+            chosen = set(map(id, left))
+            items[:] = [item for item in items if id(item) not in chosen]
+            config.hook.pytest_deselected(items=left)
     if hasattr(config, "workerinput"):
         serial = [item for item in items if _one_at_a_time(item.nodeid)]
         chosen = set(map(id, serial))
@@ -102,8 +121,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Tests one at a time as workers free up (xdist's ``load``), except the ``_one_at_a_time`` ones:
-    one unit, so one worker runs them all (the Slurm tests share the cluster's nodes and ports, and
+    """Files one at a time as workers free up (xdist's ``loadfile``), except the ``_one_at_a_time``
+    tests: one unit, so one worker runs them all (the Slurm tests share the cluster's nodes and ports, and
     some count the jobs running on it).  The rule reads node ids only: a new Slurm test needs
     "slurm" in its file or test name.  xdist's own ``xdist_group`` mark cannot do this here: pytest 9
     derives node ids in a way xdist 3.8's group suffix no longer changes."""
@@ -111,6 +130,16 @@ def pytest_xdist_make_scheduler(config, log):
 
     class OneUnitForTheSerialTests(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "one-at-a-time" if _one_at_a_time(nodeid) else nodeid
+            # a file's tests stay together: its module fixtures (a two-rank run whose results
+            # several tests read) run once, not once per run of its tests a worker is sent
+            return "one-at-a-time" if _one_at_a_time(nodeid) else nodeid.split("::", 1)[0]
 
     return OneUnitForTheSerialTests(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    import tiers
+
+    if not _full_tier(config):
+        terminalreporter.write_line(f"wml: the quick tier; {len(tiers.FULL_ONLY)} variants of real runs are left to "
+                                    "`bash scripts/test --full` (tests/tiers.py names each one's quick-tier sibling)")

@@ -33,6 +33,19 @@ def test_the_gpu_command_runs_every_cpu_entry_and_prints_one_line_per_check(tmp_
     assert (tmp_path / "results.jsonl").read_text().count('"pass": true') == len(lines) - 1
 
 
+def test_named_entries_run_alone_and_print_their_lines(tmp_path):
+    """Entries named on the command line run and nothing else (the quick tier's smoke run; the
+    full tier runs every CPU entry): one on one rank, one on two through mpiexec."""
+    job = _run(tmp_path, "--cpu", "collectives-1-rank", "optimizer-2-ranks")
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    lines = job.stdout.splitlines()
+    for name in ("collectives correct (1 rank, cpu)", "optimizer correct"):
+        assert any(name in line and line.endswith("PASS") for line in lines), (name, job.stdout)
+    assert not any("resnet" in line or "collectives correct (2 ranks" in line for line in lines), job.stdout
+    assert lines[-1].endswith("checks, 0 failed")
+    assert (tmp_path / "results.jsonl").read_text().count('"pass": true') == len(lines) - 1
+
+
 def test_a_run_that_reports_nothing_is_a_fail_line_and_a_non_zero_exit(tmp_path):
     """The budget: with 3 s left every entry is a FAIL line (never run), the command exits 1."""
     job = _run(tmp_path, "--cpu", env={"GPU_CHECKS_BUDGET_S": "3"})
