@@ -27,6 +27,7 @@ _STRAGGLERS = "tests/report/test_report_stragglers.py::test_the_slow_rank_is_nam
 _RESUME = "tests/frameworks/test_walltime_resume.py::test_stopped_mid_epoch_resumes_to_the_uninterrupted_weights"
 _STOP_SAVES = "tests/checkpoint/test_torch_chain.py::test_a_stop_signal_saves_exits_75_and_the_resumed_run_ends_with_the_same_weights"
 _EXAMPLES = "tests/horovod/test_examples_horovod.py::"
+_FP16 = "tests/horovod/test_torch_glue.py::test_case_on_every_rank[fp16_compression]"
 
 FULL_ONLY: List[FullOnly] = [
     # the GPU command's smoke run: every CPU entry; the quick tier runs two entries by name
@@ -39,7 +40,9 @@ FULL_ONLY: List[FullOnly] = [
              "horovod.tensorflow's API on two real ranks; Horovod's torch suite stays in the quick tier"),
     # the Horovod examples: each example, fp16 and the local Slurm once in the quick tier
     FullOnly(_EXAMPLES + "test_example_under_ddlrun_horovod[fp16-horovod_torch_digits.py]",
-             _EXAMPLES + "test_example_under_ddlrun_horovod[fp16-horovod_keras_digits.py]", "--fp16-allreduce, Keras"),
+             _FP16, "Horovod's fp16 compression on two real ranks"),
+    FullOnly(_EXAMPLES + "test_example_under_ddlrun_horovod[fp16-horovod_keras_digits.py]",
+             _FP16, "Horovod's fp16 compression on two real ranks"),
     FullOnly(_EXAMPLES + "test_example_under_ddlrun_horovod[fp32-horovod_keras_digits.py]",
              _EXAMPLES + "test_example_under_ddlrun_horovod[fp32-horovod_torch_digits.py]", "ddlrun --horovod, torch"),
     FullOnly(_EXAMPLES + "test_example_under_local_slurm[horovod_torch_digits.py]",
@@ -69,7 +72,8 @@ FULL_ONLY: List[FullOnly] = [
              "tests/emulation/test_chain_pbs.py::test_two_walltimes_through_qsub_with_the_scripts_own_timer",
              "a chain through qsub under the script's own timer (PBS; LSF's bsub beside it)"),
     # the run report
-    FullOnly(_STRAGGLERS + "[ddl-loader-one-host]", _STRAGGLERS + "[hvd-loader-one-host]", "a slow loader on one host"),
+    FullOnly(_STRAGGLERS + "[ddl-loader-one-host]", _STRAGGLERS + "[ddl-two-ranks-two-nodes]", "a slow rank"),
+    FullOnly(_STRAGGLERS + "[hvd-loader-one-host]", _STRAGGLERS + "[ddl-two-ranks-two-nodes]", "a slow rank"),
     FullOnly(_STRAGGLERS + "[ddl-loader-two-nodes]", _STRAGGLERS + "[ddl-two-ranks-two-nodes]", "two nodes"),
     FullOnly(_STRAGGLERS + "[ddl-after-backward-one-host]", _STRAGGLERS + "[ddl-two-ranks-two-nodes]", "ddl_runtime's wait"),
     FullOnly(_STRAGGLERS + "[keras-fit-two-ranks]",
@@ -94,6 +98,15 @@ FULL_ONLY: List[FullOnly] = [
     FullOnly("tests/frameworks/test_framework_averaging.py::test_keras_fit_two_ranks_match_one_process_with_double_batch",
              "tests/frameworks/test_tensorflow_keras.py::test_keras_fit_on_tensorflow_matches_one_process_with_double_batch",
              "Keras's fit on two ranks equals one process with the double batch"),
+    FullOnly("tests/frameworks/test_tensorflow_keras.py::test_seed_tf_keras_script_wml_submit_two_nodes",
+             "tests/frameworks/test_framework_examples.py::test_train_digits_wml_submit_two_nodes",
+             "a seed script submitted with `wml submit --nodes 2` to the local site"),
+    FullOnly("tests/horovod/test_hvd_edges.py::test_static_process_sets_refuse_duplicates_and_unknown_ids_as_horovod",
+             "tests/horovod/test_core_sets_join.py::test_static_process_sets_and_unknown_ids_as_horovod",
+             "static process sets refused as Horovod refuses them (torch)"),
+    FullOnly("tests/horovod/test_core_collectives.py::test_collectives_and_join_on_open_mpi",
+             "tests/horovod/test_core_collectives.py::test_torch_collectives_match_references[2]",
+             "the collectives and join (pip's MPICH; Open MPI runs in tests/runtime/test_shm.py)"),
     FullOnly("tests/horovod/test_tf_horovod.py::test_horovod_keras_api_on_keras3[horovod.keras-torch]",
              "tests/horovod/test_tf_horovod.py::test_horovod_keras_api_on_keras3[horovod.tensorflow.keras-tensorflow]",
              "Horovod's Keras API on Keras 3"),
