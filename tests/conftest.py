@@ -156,6 +156,9 @@ def pytest_xdist_make_scheduler(config, log):
             # several tests read) run once, not once per run of its tests a worker is sent
             return "one-at-a-time" if _one_at_a_time(nodeid) else nodeid.split("::", 1)[0]
 
+    # xdist sorts the units by their number of tests unless told not to: the long files, which
+    # have few tests, then went last (--loadscope-reorder's default), the run's 9-minute tail
+    config.option.loadscopereorder = False
     return OneUnitForTheSerialTests(config, log)
 
 
